@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "idrecon",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "idrecon", targets: ["idrecon"]),
+        .executable(name: "idrecon-gen", targets: ["idrecon-gen"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // Pure domain: event model, JSON, validation, canonical form. No I/O.
+        .target(name: "IdreconDomain"),
+        // SQLite event log, quarantine and consumed positions (GRDB).
+        .target(
+            name: "IdreconStore",
+            dependencies: ["IdreconDomain", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
+        // Reading sources (JSON lines files) in batches into the store.
+        .target(name: "IdreconIngest", dependencies: ["IdreconDomain", "IdreconStore"]),
+        // The command line.
+        .executableTarget(
+            name: "idrecon",
+            dependencies: [
+                "IdreconDomain", "IdreconStore", "IdreconIngest",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // Deterministic, seeded event-stream generator (library + CLI).
+        .target(name: "EventGenerator", dependencies: ["IdreconDomain"], path: "tools/EventGenerator"),
+        .executableTarget(
+            name: "idrecon-gen",
+            dependencies: [
+                "EventGenerator",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "tools/idrecon-gen"
+        ),
+        .testTarget(name: "IdreconDomainTests", dependencies: ["IdreconDomain"]),
+        .testTarget(name: "IdreconStoreTests", dependencies: ["IdreconStore", "IdreconIngest", "EventGenerator"]),
+        .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "EventGenerator"]),
+    ]
+)

@@ -1,0 +1,196 @@
+/// Stateless validation of one record value (SPEC section 2). Checks that need the log
+/// (`event_id_conflict`, `nonce_replay`) and token verification happen in the store.
+public enum EventValidator {
+    public static func validate(_ bytes: some Collection<UInt8>) -> Result<LoginEvent, Rejection> {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(bytes)
+        } catch {
+            return .failure(Rejection(.malformedJSON, "\(error.message) at byte \(error.offset)"))
+        }
+        do {
+            return .success(try validate(value))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    public static func validate(_ value: JSONValue) throws(Rejection) -> LoginEvent {
+        guard case let .object(members) = value else {
+            throw Rejection(.malformedJSON, "the record is JSON but not an object")
+        }
+        var fields = Fields(members: members)
+
+        guard let schema = fields.raw("schema") else {
+            throw Rejection(.unsupportedSchema, "field 'schema' is missing; expected \"\(LoginEvent.schemaName)\"")
+        }
+        guard case let .string(schemaName) = schema, schemaName == LoginEvent.schemaName else {
+            throw Rejection(.unsupportedSchema, "field 'schema' is \(CanonicalJSON.encode(schema)); expected \"\(LoginEvent.schemaName)\"")
+        }
+
+        let eventID = try fields.requiredString("event_id")
+        guard (1...128).contains(eventID.utf8.count), eventID.utf8.allSatisfy(isEventIDByte) else {
+            throw Rejection(.invalidField, "field 'event_id' must be 1-128 characters of [A-Za-z0-9._:-]")
+        }
+        let type = try fields.enumeration("type", EventType.self) ?? .login
+        fields.set("type", .string(type.rawValue))
+
+        let occurredText = try fields.requiredString("occurred_at")
+        guard let occurredAt = Timestamp.parse(occurredText) else {
+            throw Rejection(.invalidField, "field 'occurred_at' is not an RFC 3339 timestamp with offset: \"\(occurredText)\"")
+        }
+        fields.set("occurred_at", .string(Timestamp.format(occurredAt)))
+
+        let appID = try fields.requiredString("app_id")
+        try checkDigits(appID, "app_id")
+
+        let deviceID = try fields.requiredString("device_id")
+        guard (1...128).contains(deviceID.unicodeScalars.count),
+              deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control })
+        else { throw Rejection(.invalidField, "field 'device_id' must be 1-128 printable characters") }
+
+        let platform = try fields.enumeration("platform", Platform.self) ?? .ios
+        fields.set("platform", .string(platform.rawValue))
+        let flow = try fields.enumeration("flow", Flow.self)
+
+        let tracking: Tracking?
+        let tokenType: TokenType?
+        let asid: String?
+        if type == .login {
+            guard fields.raw("tracking") != nil else { throw Rejection(.missingField, "field 'tracking' is required on a login") }
+            guard fields.raw("token_type") != nil else { throw Rejection(.missingField, "field 'token_type' is required on a login") }
+            guard fields.raw("asid") != nil else { throw Rejection(.missingField, "field 'asid' is required on a login") }
+        }
+        tracking = try fields.enumeration("tracking", Tracking.self)
+        tokenType = try fields.enumeration("token_type", TokenType.self)
+        asid = try fields.optionalString("asid")
+        if let asid { try checkDigits(asid, "asid") }
+
+        let email = try fields.optionalString("email")
+        if let email, email.utf8.lazy.filter({ $0 == UInt8(ascii: "@") }).count != 1 {
+            throw Rejection(.invalidField, "field 'email' must contain exactly one '@'")
+        }
+
+        var friends = try fields.optionalStringArray("friend_asids")
+        if let list = friends {
+            for friend in list { try checkDigits(friend, "friend_asids", element: true) }
+            if let asid, list.contains(asid) {
+                friends = list.filter { $0 != asid }
+                fields.set("friend_asids", .array(friends!.map { .string($0) }))
+            }
+        }
+        let granted = try fields.optionalStringArray("granted_permissions")
+        let declined = try fields.optionalStringArray("declined_permissions")
+
+        let nonce = try fields.optionalString("nonce")
+        if let nonce, nonce.isEmpty || nonce.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
+            throw Rejection(.invalidField, "field 'nonce' must be non-empty without whitespace")
+        }
+        let idToken = try fields.optionalString("id_token")
+        if idToken != nil {
+            guard type == .login, tracking == .limited else {
+                throw Rejection(.invalidField, "field 'id_token' is only allowed on limited logins")
+            }
+        }
+        let tokenForBusiness = try fields.optionalString("token_for_business")
+        if tokenForBusiness != nil {
+            guard type == .login, tracking == .enabled else {
+                throw Rejection(.invalidField, "field 'token_for_business' is only allowed on classic (enabled) logins")
+            }
+        }
+
+        if type == .login, let tracking {
+            switch (tracking, tokenType) {
+            case (.limited, .accessToken?):
+                throw Rejection(.tokenTypeMismatch, "a limited login must carry token_type 'authentication_token', not 'access_token'")
+            case (.enabled, .authenticationToken?):
+                throw Rejection(.tokenTypeMismatch, "an enabled login must carry token_type 'access_token', not 'authentication_token'")
+            default: break
+            }
+            if tracking == .limited {
+                if platform == .tvos { throw Rejection(.limitedUnsupported, "Limited Login is not available on tvOS") }
+                if flow == .deviceLogin { throw Rejection(.limitedUnsupported, "Limited Login is not available with flow 'device_login'") }
+                if let outside = granted?.first(where: { !limitedLoginPermissions.contains($0) }) {
+                    throw Rejection(.permissionOutOfScope, "permission '\(outside)' is not allowed under Limited Login")
+                }
+            }
+        }
+        if let granted {
+            if email != nil, !granted.contains("email") {
+                throw Rejection(.claimWithoutPermission, "field 'email' is present but permission 'email' was not granted")
+            }
+            if friends != nil, !granted.contains("user_friends") {
+                throw Rejection(.claimWithoutPermission, "field 'friend_asids' is present but permission 'user_friends' was not granted")
+            }
+        }
+
+        return LoginEvent(
+            eventID: eventID, type: type, occurredAt: occurredAt, appID: appID, deviceID: deviceID,
+            platform: platform, flow: flow, tracking: tracking, tokenType: tokenType, asid: asid, email: email,
+            friendASIDs: friends, grantedPermissions: granted, declinedPermissions: declined, nonce: nonce,
+            idToken: idToken, tokenForBusiness: tokenForBusiness,
+            canonicalPayload: CanonicalJSON.encode(.object(fields.members))
+        )
+    }
+
+    private static func isEventIDByte(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "-"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    private static func checkDigits(_ s: String, _ field: String, element: Bool = false) throws(Rejection) {
+        guard (1...32).contains(s.utf8.count), s.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else {
+            throw Rejection(.invalidField, "field '\(field)' \(element ? "has an element that is not" : "must be") 1-32 digits")
+        }
+    }
+}
+
+/// The members of the record being validated; `null` counts as absent and is dropped.
+private struct Fields {
+    var members: [(key: String, value: JSONValue)]
+
+    init(members: [(key: String, value: JSONValue)]) {
+        self.members = members.filter { $0.value != .null }
+    }
+
+    func raw(_ key: String) -> JSONValue? { members.first(where: { $0.key == key })?.value }
+
+    mutating func set(_ key: String, _ value: JSONValue) {
+        if let i = members.firstIndex(where: { $0.key == key }) { members[i].value = value } else { members.append((key, value)) }
+    }
+
+    func requiredString(_ key: String) throws(Rejection) -> String {
+        guard let value = raw(key) else { throw Rejection(.missingField, "field '\(key)' is required") }
+        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(key)' must be a string") }
+        return s
+    }
+
+    func optionalString(_ key: String) throws(Rejection) -> String? {
+        guard let value = raw(key) else { return nil }
+        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(key)' must be a string") }
+        return s
+    }
+
+    func optionalStringArray(_ key: String) throws(Rejection) -> [String]? {
+        guard let value = raw(key) else { return nil }
+        guard case let .array(elements) = value else { throw Rejection(.invalidField, "field '\(key)' must be an array of strings") }
+        var result: [String] = []
+        result.reserveCapacity(elements.count)
+        for element in elements {
+            guard case let .string(s) = element else { throw Rejection(.invalidField, "field '\(key)' must be an array of strings") }
+            result.append(s)
+        }
+        return result
+    }
+
+    func enumeration<E: RawRepresentable>(_ key: String, _: E.Type) throws(Rejection) -> E? where E.RawValue == String {
+        guard let s = try optionalString(key) else { return nil }
+        guard let e = E(rawValue: s) else { throw Rejection(.invalidField, "field '\(key)' has unknown value \"\(s)\"") }
+        return e
+    }
+}

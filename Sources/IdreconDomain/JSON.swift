@@ -1,0 +1,300 @@
+/// A parsed JSON value. Objects keep their members in document order; numbers keep
+/// their lexeme so that re-encoding never changes a value the producer sent.
+public enum JSONValue: Equatable, Sendable {
+    case null
+    case bool(Bool)
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    case object([(key: String, value: JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): return true
+        case let (.bool(a), .bool(b)): return a == b
+        case let (.number(a), .number(b)): return a == b
+        case let (.string(a), .string(b)): return a == b
+        case let (.array(a), .array(b)): return a == b
+        case let (.object(a), .object(b)):
+            return a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+        default: return false
+        }
+    }
+
+    /// The member named `key` of an object, or nil.
+    public subscript(key: String) -> JSONValue? {
+        guard case let .object(members) = self else { return nil }
+        return members.first(where: { $0.key == key })?.value
+    }
+}
+
+/// Why a byte sequence is not a JSON value.
+public struct JSONParseError: Error, Equatable, Sendable {
+    public var message: String
+    public var offset: Int
+}
+
+/// A strict RFC 8259 parser over UTF-8 bytes. Rejects invalid UTF-8, duplicate object
+/// keys, trailing garbage and nesting deeper than `maxDepth`.
+public struct JSONParser {
+    public static let maxDepth = 64
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        let array = Array(bytes)
+        return try array.withUnsafeBufferPointer { buffer throws(JSONParseError) in
+            guard String(validating: buffer, as: UTF8.self) != nil else {
+                throw JSONParseError(message: "not valid UTF-8", offset: 0)
+            }
+            var parser = Cursor(bytes: buffer)
+            parser.skipWhitespace()
+            let value = try parser.parseValue(depth: 0)
+            parser.skipWhitespace()
+            guard parser.index == buffer.count else {
+                throw JSONParseError(message: "unexpected data after the JSON value", offset: parser.index)
+            }
+            return value
+        }
+    }
+
+    private struct Cursor {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+        func fail(_ message: String) -> JSONParseError { JSONParseError(message: message, offset: index) }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x0A, 0x0D, 0x09: index += 1
+                default: return
+                }
+            }
+        }
+
+        mutating func expect(_ literal: StaticString, _ value: JSONValue) throws(JSONParseError) -> JSONValue {
+            let count = literal.utf8CodeUnitCount
+            guard index + count <= bytes.count else { throw fail("truncated literal") }
+            for i in 0..<count where bytes[index + i] != literal.utf8Start[i] { throw fail("invalid literal") }
+            index += count
+            return value
+        }
+
+        mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+            guard depth < JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
+            guard index < bytes.count else { throw fail("unexpected end of input") }
+            switch bytes[index] {
+            case UInt8(ascii: "{"): return try parseObject(depth: depth)
+            case UInt8(ascii: "["): return try parseArray(depth: depth)
+            case UInt8(ascii: "\""): return .string(try parseString())
+            case UInt8(ascii: "t"): return try expect("true", .bool(true))
+            case UInt8(ascii: "f"): return try expect("false", .bool(false))
+            case UInt8(ascii: "n"): return try expect("null", .null)
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+            default: throw fail("unexpected character")
+            }
+        }
+
+        mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var members: [(key: String, value: JSONValue)] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected an object key") }
+                let key = try parseString()
+                if members.contains(where: { $0.key == key }) { throw fail("duplicate key \"\(key)\"") }
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                index += 1
+                skipWhitespace()
+                members.append((key, try parseValue(depth: depth + 1)))
+                skipWhitespace()
+                guard index < bytes.count else { throw fail("unterminated object") }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+                throw fail("expected ',' or '}'")
+            }
+        }
+
+        mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var elements: [JSONValue] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+            while true {
+                skipWhitespace()
+                elements.append(try parseValue(depth: depth + 1))
+                skipWhitespace()
+                guard index < bytes.count else { throw fail("unterminated array") }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+                throw fail("expected ',' or ']'")
+            }
+        }
+
+        mutating func parseNumber() throws(JSONParseError) -> JSONValue {
+            let start = index
+            func digits(_ c: inout Cursor) -> Int {
+                let s = c.index
+                while c.index < c.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c.bytes[c.index]) { c.index += 1 }
+                return c.index - s
+            }
+            if bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < bytes.count else { throw fail("truncated number") }
+            if bytes[index] == UInt8(ascii: "0") {
+                index += 1
+            } else if digits(&self) == 0 {
+                throw fail("invalid number")
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+                index += 1
+                guard digits(&self) > 0 else { throw fail("invalid number fraction") }
+            }
+            if index < bytes.count, bytes[index] | 0x20 == UInt8(ascii: "e") {
+                index += 1
+                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+                guard digits(&self) > 0 else { throw fail("invalid number exponent") }
+            }
+            return .number(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+        }
+
+        mutating func parseString() throws(JSONParseError) -> String {
+            index += 1
+            let start = index
+            // Fast path: no escapes.
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    let s = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                    index += 1
+                    return s
+                }
+                if byte == UInt8(ascii: "\\") { break }
+                if byte < 0x20 { throw fail("control character in string") }
+                index += 1
+            }
+            var scalars = Array(bytes[start..<index])
+            while index < bytes.count {
+                let byte = bytes[index]
+                switch byte {
+                case UInt8(ascii: "\""):
+                    index += 1
+                    return String(decoding: scalars, as: UTF8.self)
+                case UInt8(ascii: "\\"):
+                    index += 1
+                    guard index < bytes.count else { throw fail("truncated escape") }
+                    let escape = bytes[index]
+                    index += 1
+                    switch escape {
+                    case UInt8(ascii: "\""): scalars.append(0x22)
+                    case UInt8(ascii: "\\"): scalars.append(0x5C)
+                    case UInt8(ascii: "/"): scalars.append(0x2F)
+                    case UInt8(ascii: "b"): scalars.append(0x08)
+                    case UInt8(ascii: "f"): scalars.append(0x0C)
+                    case UInt8(ascii: "n"): scalars.append(0x0A)
+                    case UInt8(ascii: "r"): scalars.append(0x0D)
+                    case UInt8(ascii: "t"): scalars.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var code = try hex4()
+                        if (0xD800...0xDBFF).contains(code) {
+                            guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                            else { throw fail("unpaired surrogate") }
+                            index += 2
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw fail("unpaired surrogate") }
+                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00...0xDFFF).contains(code) {
+                            throw fail("unpaired surrogate")
+                        }
+                        scalars.append(contentsOf: String(Character(Unicode.Scalar(code)!)).utf8)
+                    default: throw fail("invalid escape")
+                    }
+                default:
+                    if byte < 0x20 { throw fail("control character in string") }
+                    scalars.append(byte)
+                    index += 1
+                }
+            }
+            throw fail("unterminated string")
+        }
+
+        mutating func hex4() throws(JSONParseError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw fail("truncated \\u escape") }
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[index]
+                let digit: UInt8
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = c - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = c - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = c - UInt8(ascii: "A") + 10
+                default: throw fail("invalid \\u escape")
+                }
+                value = value << 4 | UInt32(digit)
+                index += 1
+            }
+            return value
+        }
+    }
+}
+
+/// Canonical JSON encoding: object keys sorted by UTF-8 bytes, no insignificant
+/// whitespace, minimal string escapes, numbers as sent. Two payloads are the same event
+/// iff their canonical encodings are equal.
+public enum CanonicalJSON {
+    public static func encode(_ value: JSONValue) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(512)
+        write(value, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        switch value {
+        case .null: out.append(contentsOf: "null".utf8)
+        case let .bool(b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case let .number(n): out.append(contentsOf: n.utf8)
+        case let .string(s): writeString(s, into: &out)
+        case let .array(elements):
+            out.append(UInt8(ascii: "["))
+            for (i, element) in elements.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                write(element, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case let .object(members):
+            out.append(UInt8(ascii: "{"))
+            let sorted = members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            for (i, member) in sorted.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                writeString(member.key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                write(member.value, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in s.utf8 {
+            switch byte {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+            case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}

@@ -1,0 +1,146 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Dispatch
+import IdreconDomain
+import IdreconStore
+
+/// A one-line, user-facing ingest failure (unreadable input, store error).
+public struct IngestError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Totals of one ingest run.
+public struct IngestSummary: Sendable, Equatable {
+    public var lines: Int64 = 0
+    public var skippedBlank: Int64 = 0
+    public var outcome = BatchOutcome()
+    public var resumedAt: Int64 = 0
+    public var bytes: Int64 = 0
+}
+
+/// Progress after each committed batch.
+public struct IngestProgress: Sendable {
+    public var bytesDone: Int64
+    public var bytesTotal: Int64?
+    public var lines: Int64
+}
+
+/// Reads JSON lines from a file (or standard input) and appends them to the store in
+/// batches; each batch commits its events, quarantine entries and the file position
+/// in one transaction, so a killed run resumes exactly where it stopped.
+public struct FileIngestor: Sendable {
+    public var store: EventStore
+    public var batchSize: Int
+
+    public init(store: EventStore, batchSize: Int = 4000) {
+        self.store = store
+        self.batchSize = batchSize
+    }
+
+    /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe).
+    public func ingest(path: String, progress: (IngestProgress) -> Void = { _ in }) throws(IngestError) -> IngestSummary {
+        let isStdin = path == "-"
+        let fd: Int32
+        var total: Int64?
+        let source: String
+        if isStdin {
+            fd = STDIN_FILENO
+            source = "stdin"
+        } else {
+            fd = open(path, O_RDONLY)
+            guard fd >= 0 else { throw IngestError("cannot read \(path): \(String(cString: strerror(errno)))") }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { close(fd); throw IngestError("cannot read \(path): \(String(cString: strerror(errno)))") }
+            if (info.st_mode & S_IFMT) == S_IFDIR {
+                close(fd)
+                throw IngestError("cannot read \(path): it is a directory; pass a JSON-lines file or '-' for standard input")
+            }
+            if (info.st_mode & S_IFMT) == S_IFREG { total = Int64(info.st_size) }
+            source = "file:" + Self.absolutePath(path)
+        }
+        defer { if !isStdin { close(fd) } }
+
+        var summary = IngestSummary()
+        var startOffset: Int64 = 0
+        var lineNumber: Int64 = 0
+        if !isStdin, let total {
+            let stored: ConsumedPosition?
+            do { stored = try store.position(of: source) } catch { throw IngestError(error.description) }
+            if let stored, stored.position <= total {
+                startOffset = stored.position
+                lineNumber = stored.records
+            }
+            if startOffset > 0, lseek(fd, off_t(startOffset), SEEK_SET) < 0 {
+                throw IngestError("cannot seek in \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        summary.resumedAt = startOffset
+
+        var reader = LineReader(fd: fd, startOffset: startOffset)
+        var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
+        pending.reserveCapacity(batchSize)
+        var lastOffset = startOffset
+
+        func flush() throws(IngestError) {
+            let records = Self.validate(pending)
+            let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
+            do {
+                summary.outcome.add(try store.append(records, positions: position))
+            } catch {
+                throw IngestError(error.description)
+            }
+            pending.removeAll(keepingCapacity: true)
+            summary.bytes = lastOffset - startOffset
+            progress(IngestProgress(bytesDone: lastOffset, bytesTotal: total, lines: lineNumber))
+        }
+
+        while let (line, endOffset) = try reader.next() {
+            lineNumber += 1
+            summary.lines += 1
+            lastOffset = endOffset
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) {
+                summary.skippedBlank += 1
+                continue
+            }
+            pending.append((Array(line), RecordOrigin(source: source, position: lineNumber)))
+            if pending.count >= batchSize { try flush() }
+        }
+        // Always commit at the end so blank trailing lines advance the stored position too.
+        if !pending.isEmpty || lastOffset != startOffset { try flush() }
+        return summary
+    }
+
+    /// Validation is pure, so a batch is validated on all cores.
+    static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)]) -> [IncomingRecord] {
+        let chunks = max(1, min(pending.count / 256, ProcessInfoCores.count * 2))
+        let results = UnsafeMutableBufferPointer<IncomingRecord?>.allocate(capacity: pending.count)
+        results.initialize(repeating: nil)
+        defer { results.deallocate() }
+        nonisolated(unsafe) let out = results
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
+            for i in lower..<upper { out[i] = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin) }
+        }
+        return results.map { $0! }
+    }
+
+    static func absolutePath(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    static func nowMillis() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+enum ProcessInfoCores {
+    static let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+}

@@ -1,0 +1,144 @@
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// Errors the store reports to its callers, each with a message a user can act on.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The SQLite event log: append-only `events`, `quarantine`, consumed positions.
+/// One writer, many readers (WAL).
+public final class EventStore: Sendable {
+    public let path: String
+    let pool: DatabasePool
+
+    /// Opens (creating if needed) the database at `path` and runs pending migrations.
+    public init(path: String, readOnly: Bool = false) throws(StoreError) {
+        self.path = path
+        var config = Configuration()
+        config.readonly = readOnly
+        config.busyMode = .timeout(30)
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw StoreError("cannot open database \(path): it is a directory; pass a file path with --db")
+        }
+        if readOnly, !FileManager.default.fileExists(atPath: path) {
+            throw StoreError("no database at \(path); run 'idrecon ingest' or 'idrecon consume' first, or pass --db")
+        }
+        do {
+            pool = try DatabasePool(path: path, configuration: config)
+            if readOnly {
+                let pending = try pool.read { db in try !Schema.migrator.hasCompletedMigrations(db) }
+                if pending { throw StoreError("database \(path) needs a newer schema; run any writing command (e.g. 'idrecon ingest /dev/null') once") }
+            } else {
+                try Schema.migrator.migrate(pool)
+            }
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError("cannot open database \(path): \(Self.describe(error))")
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let db = error as? DatabaseError {
+            switch db.resultCode {
+            case .SQLITE_NOTADB, .SQLITE_CORRUPT: return "the file is not an idrecon SQLite database or is corrupt"
+            case .SQLITE_READONLY: return "the database is read-only; check its permissions"
+            case .SQLITE_CANTOPEN: return "the file cannot be opened; check the path and permissions"
+            case .SQLITE_FULL: return "the disk is full"
+            default: return db.message ?? "\(db.resultCode)"
+            }
+        }
+        return "\(error)"
+    }
+
+    /// Stored positions, by source.
+    public func positions() throws(StoreError) -> [ConsumedPosition] {
+        try read { db in try ConsumedPosition.order(Column("source")).fetchAll(db) }
+    }
+
+    public func position(of source: String) throws(StoreError) -> ConsumedPosition? {
+        try read { db in try ConsumedPosition.fetchOne(db, key: source) }
+    }
+
+    /// Appends or quarantines every record and stores `positions`, all in one transaction.
+    public func append(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(StoreError) -> BatchOutcome {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        return try write { db in
+            var outcome = BatchOutcome()
+            let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
+            let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
+            let insertEvent = try db.cachedStatement(sql: """
+                INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload, source, position)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            let insertQuarantine = try db.cachedStatement(sql: """
+                INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?) throws {
+                try insertQuarantine.execute(arguments: [
+                    record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
+                    record.origin.key.map { Data($0) }, Data(record.raw), rejection.code.rawValue, rejection.message,
+                    eventID, now,
+                ])
+                outcome.quarantined[rejection.code, default: 0] += 1
+            }
+            for record in records {
+                let event: LoginEvent
+                switch record.validation {
+                case let .failure(rejection):
+                    try quarantine(record, rejection, eventID: Self.bestEffortEventID(record.raw))
+                    continue
+                case let .success(e):
+                    event = e
+                }
+                if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
+                    if existing == event.canonicalPayload {
+                        outcome.duplicates += 1
+                    } else {
+                        try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)
+                    }
+                    continue
+                }
+                if let nonce = event.nonce, let other = try String.fetchOne(findNonce, arguments: [event.appID, nonce]) {
+                    try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
+                    continue
+                }
+                try insertEvent.execute(arguments: [
+                    event.eventID, event.type.rawValue, event.occurredAt, event.appID, event.deviceID, event.asid,
+                    event.type == .login ? event.tracking?.rawValue : nil, event.nonce, event.canonicalPayload,
+                    record.origin.source, record.origin.position,
+                ])
+                outcome.appended += 1
+            }
+            if outcome.duplicates > 0 {
+                try db.execute(
+                    sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                    arguments: [outcome.duplicates])
+            }
+            for position in positions { try position.upsert(db) }
+            return outcome
+        }
+    }
+
+    /// The `event_id` of an unparseable-as-event record when it can still be read, for search.
+    static func bestEffortEventID(_ raw: [UInt8]) -> String? {
+        guard raw.count < 1 << 20, let value = try? JSONParser.parse(raw), case let .string(id)? = value["event_id"] else { return nil }
+        return String(id.prefix(128))
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        do { return try pool.read(body) } catch { throw StoreError("database \(path): \(Self.describe(error))") }
+    }
+
+    func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        do { return try pool.write(body) } catch { throw StoreError("database \(path): \(Self.describe(error))") }
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// Counts over the whole log, for `idrecon stats`.
+public struct LogStats: Sendable, Codable, Equatable {
+    public var events: Int
+    public var logins: Int
+    public var logouts: Int
+    public var limitedLogins: Int
+    public var enabledLogins: Int
+    public var apps: Int
+    public var devices: Int
+    public var asids: Int
+    public var duplicates: Int
+    public var quarantined: Int
+    public var quarantinedByCode: [String: Int]
+    public var firstEventAt: Int64?
+    public var lastEventAt: Int64?
+    public var positions: [ConsumedPosition]
+    public var databaseBytes: Int64
+}
+
+extension EventStore {
+    public func stats() throws(StoreError) -> LogStats {
+        let path = self.path
+        return try read { db in
+            let row = try Row.fetchOne(db, sql: """
+                SELECT count(*) AS events,
+                       coalesce(sum(type = 'login'), 0) AS logins,
+                       coalesce(sum(type = 'logout'), 0) AS logouts,
+                       coalesce(sum(tracking = 'limited'), 0) AS limited,
+                       coalesce(sum(tracking = 'enabled'), 0) AS enabled,
+                       min(occurred_at) AS first, max(occurred_at) AS last
+                FROM events
+                """)!
+            var byCode: [String: Int] = [:]
+            for r in try Row.fetchAll(db, sql: "SELECT code, count(*) AS n FROM quarantine GROUP BY code") {
+                byCode[r["code"]] = r["n"]
+            }
+            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64) ?? 0
+            let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int64) ?? 0
+            return LogStats(
+                events: row["events"], logins: row["logins"], logouts: row["logouts"],
+                limitedLogins: row["limited"], enabledLogins: row["enabled"],
+                apps: try Int.fetchOne(db, sql: "SELECT count(DISTINCT app_id) FROM events")!,
+                devices: try Int.fetchOne(db, sql: "SELECT count(*) FROM (SELECT DISTINCT app_id, device_id FROM events)")!,
+                asids: try Int.fetchOne(db, sql: "SELECT count(DISTINCT asid) FROM events")!,
+                duplicates: try Int.fetchOne(db, sql: "SELECT value FROM counters WHERE name = 'duplicates'") ?? 0,
+                quarantined: byCode.values.reduce(0, +), quarantinedByCode: byCode,
+                firstEventAt: row["first"], lastEventAt: row["last"],
+                positions: try ConsumedPosition.order(Column("source")).fetchAll(db),
+                databaseBytes: size + wal
+            )
+        }
+    }
+
+    /// Quarantine entries in id order, optionally of one code.
+    public func quarantineEntries(code: ReasonCode? = nil, limit: Int? = nil, afterID: Int64 = 0) throws(StoreError) -> [QuarantineEntry] {
+        try read { db in
+            var sql = "SELECT * FROM quarantine WHERE id > ?"
+            var arguments: StatementArguments = [afterID]
+            if let code { sql += " AND code = ?"; arguments += [code.rawValue] }
+            sql += " ORDER BY id"
+            if let limit { sql += " LIMIT \(limit)" }
+            return try QuarantineEntry.fetchAll(db, sql: sql, arguments: arguments)
+        }
+    }
+
+    public func quarantineEntry(id: Int64) throws(StoreError) -> QuarantineEntry? {
+        try read { db in try QuarantineEntry.fetchOne(db, sql: "SELECT * FROM quarantine WHERE id = ?", arguments: [id]) }
+    }
+
+    /// Every logged event as (event_id, canonical payload) in sequence order.
+    public func eventPayloads() throws(StoreError) -> [(eventID: String, payload: String)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT event_id, payload FROM events ORDER BY seq").map { ($0["event_id"], $0["payload"]) }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+import GRDB
+import IdreconDomain
+
+/// Where a record came from: a file (`file:/abs/path`, position = line number) or a
+/// Kafka partition (`kafka:topic/partition`, position = offset).
+public struct RecordOrigin: Sendable, Equatable {
+    public var source: String
+    public var position: Int64
+    public var partition: Int32?
+    public var key: [UInt8]?
+
+    public init(source: String, position: Int64, partition: Int32? = nil, key: [UInt8]? = nil) {
+        self.source = source
+        self.position = position
+        self.partition = partition
+        self.key = key
+    }
+}
+
+/// One consumed record with its stateless validation already done.
+public struct IncomingRecord: Sendable {
+    public var raw: [UInt8]
+    public var origin: RecordOrigin
+    public var validation: Result<LoginEvent, Rejection>
+
+    public init(raw: [UInt8], origin: RecordOrigin) {
+        self.raw = raw
+        self.origin = origin
+        self.validation = EventValidator.validate(raw)
+    }
+}
+
+/// How far a source has been consumed: the resume point written with each batch.
+public struct ConsumedPosition: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {
+    public static let databaseTableName = "consumed_positions"
+    /// `file:/abs/path` or `kafka:topic/partition`.
+    public var source: String
+    /// Byte offset (files) or next offset (Kafka).
+    public var position: Int64
+    /// Records consumed so far from this source (line count for files).
+    public var records: Int64
+    public var updatedAt: Int64
+
+    public init(source: String, position: Int64, records: Int64, updatedAt: Int64) {
+        self.source = source
+        self.position = position
+        self.records = records
+        self.updatedAt = updatedAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case source, position, records
+        case updatedAt = "updated_at"
+    }
+}
+
+/// A quarantined record, raw bytes kept byte for byte.
+public struct QuarantineEntry: Codable, FetchableRecord, Sendable, Equatable {
+    public static let databaseTableName = "quarantine"
+    public var id: Int64
+    public var source: String
+    public var position: Int64
+    public var partition: Int32?
+    public var recordKey: [UInt8]?
+    public var raw: [UInt8]
+    public var code: String
+    public var message: String
+    public var eventID: String?
+    public var quarantinedAt: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case id, source, position, partition, raw, code, message
+        case recordKey = "record_key"
+        case eventID = "event_id"
+        case quarantinedAt = "quarantined_at"
+    }
+
+    public init(row: Row) throws {
+        id = row["id"]
+        source = row["source"]
+        position = row["position"]
+        partition = row["partition"]
+        recordKey = (row["record_key"] as Data?).map { [UInt8]($0) }
+        raw = [UInt8]((row["raw"] as Data?) ?? Data())
+        code = row["code"]
+        message = row["message"]
+        eventID = row["event_id"]
+        quarantinedAt = row["quarantined_at"]
+    }
+}
+
+/// What one appended batch did.
+public struct BatchOutcome: Sendable, Equatable {
+    public var appended = 0
+    public var duplicates = 0
+    public var quarantined: [ReasonCode: Int] = [:]
+
+    public init() {}
+
+    public var quarantinedTotal: Int { quarantined.values.reduce(0, +) }
+
+    public mutating func add(_ other: BatchOutcome) {
+        appended += other.appended
+        duplicates += other.duplicates
+        quarantined.merge(other.quarantined, uniquingKeysWith: +)
+    }
+}
+
+import Foundation

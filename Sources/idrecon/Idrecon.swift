@@ -1,0 +1,42 @@
+import ArgumentParser
+import Foundation
+
+/// `idrecon`: Facebook-Login identity reconciliation over an SQLite event log.
+struct Idrecon: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "idrecon",
+        abstract: "Event-sourced identity reconciliation for Facebook Login events.",
+        discussion: """
+            Events (login-event/v1 JSON) are appended to an SQLite log; bad records are \
+            quarantined with a stable reason code. Exit codes: 0 ok, 1 not found or \
+            violations found, 2 bad usage or input.
+            """,
+        subcommands: [IngestCommand.self, StatsCommand.self, QuarantineCommand.self]
+    )
+}
+
+@main
+enum Main {
+    static func main() async {
+        do {
+            var command = try Idrecon.parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let error as CLIError {
+            FileHandle.standardError.write(Data("idrecon: \(error.description)\n".utf8))
+            exit(error.exitCode)
+        } catch {
+            let code = Idrecon.exitCode(for: error)
+            if code == .success {
+                print(Idrecon.fullMessage(for: error))
+                exit(0)
+            }
+            FileHandle.standardError.write(Data((Idrecon.fullMessage(for: error) + "\n").utf8))
+            // Usage errors (ArgumentParser's EX_USAGE) map to the spec's exit code 2.
+            exit(code == .validationFailure ? 2 : code.rawValue)
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+import IdreconDomain
+import IdreconIngest
+import IdreconStore
+
+struct IngestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ingest",
+        abstract: "Append login events from a JSON-lines file (or - for standard input) to the log.",
+        discussion: """
+            Every line is appended or quarantined; each batch commits together with the file \
+            position, so re-running the same file resumes where the last run stopped and \
+            appends nothing twice. Blank lines are skipped.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+
+    @Argument(help: ArgumentHelp("JSON-lines file, or - for standard input.", valueName: "file"))
+    var file: String
+
+    @Option(help: "Records per transaction.")
+    var batchSize = 4000
+
+    func validate() throws {
+        guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
+    }
+
+    func run() async throws {
+        if file != "-", !FileManager.default.isReadableFile(atPath: file) {
+            throw CLIError("cannot read \(file): no such readable file")
+        }
+        let store: EventStore
+        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        let ingestor = FileIngestor(store: store, batchSize: batchSize)
+        var progress = ProgressLine()
+        let started = Date()
+        let summary: IngestSummary
+        do {
+            summary = try ingestor.ingest(path: file) { p in
+                progress.update({
+                    let pct = p.bytesTotal.map { $0 > 0 ? String(format: " %5.1f%%", Double(p.bytesDone) * 100 / Double($0)) : "" } ?? ""
+                    let rate = Double(p.lines) / max(Date().timeIntervalSince(started), 0.001)
+                    return "ingest: \(p.lines) lines\(pct), \(Int(rate)) lines/s"
+                }())
+            }
+        } catch {
+            progress.done()
+            throw CLIError(error.description)
+        }
+        progress.done()
+        let seconds = Date().timeIntervalSince(started)
+        var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
+        let rows: [(String, Int64)] = [
+            ("lines", summary.lines), ("appended", Int64(summary.outcome.appended)),
+            ("duplicates", Int64(summary.outcome.duplicates)), ("quarantined", Int64(summary.outcome.quarantinedTotal)),
+        ] + summary.outcome.quarantined.sorted { $0.key < $1.key }.map { ("quarantined." + $0.key.rawValue, Int64($0.value)) }
+            + [("blank_lines", summary.skippedBlank), ("resumed_at_byte", summary.resumedAt),
+               ("lines_per_second", Int64(Double(summary.lines) / max(seconds, 0.001)))]
+        for (metric, value) in rows { printer.row([.text(metric), .int(value)]) }
+        printer.finish()
+    }
+}

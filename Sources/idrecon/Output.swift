@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import IdreconDomain
+
+/// Output format of query commands.
+enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
+    case table, json, csv
+}
+
+/// Options every command shares.
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("SQLite database file (default: $IDRECON_DB or ./idrecon.sqlite).", valueName: "path"))
+    var db: String?
+
+    var databasePath: String {
+        db ?? ProcessInfo.processInfo.environment["IDRECON_DB"].flatMap { $0.isEmpty ? nil : $0 } ?? "./idrecon.sqlite"
+    }
+}
+
+/// `--format`, shared by query commands.
+struct FormatOptions: ParsableArguments {
+    @Option(help: "Output format: table, json (JSON lines) or csv. Default: table on a terminal, json when piped.")
+    var format: OutputFormat?
+
+    var resolved: OutputFormat { format ?? (isatty(STDOUT_FILENO) != 0 ? .table : .json) }
+}
+
+/// A cell of query output; rendered per format.
+enum Cell {
+    case text(String?)
+    case int(Int64?)
+
+    var plain: String {
+        switch self {
+        case let .text(s): return s ?? ""
+        case let .int(i): return i.map(String.init) ?? ""
+        }
+    }
+
+    var json: JSONValue {
+        switch self {
+        case let .text(s): return s.map(JSONValue.string) ?? .null
+        case let .int(i): return i.map { .number(String($0)) } ?? .null
+        }
+    }
+}
+
+/// Writes rows as an aligned table, JSON lines (keys in column order) or RFC 4180 CSV.
+struct RowPrinter {
+    let format: OutputFormat
+    let columns: [String]
+    private var tableRows: [[String]] = []
+
+    init(format: OutputFormat, columns: [String]) {
+        self.format = format
+        self.columns = columns
+        if format == .csv { Self.emit(columns.map(Self.csvField).joined(separator: ",")) }
+    }
+
+    mutating func row(_ cells: [Cell]) {
+        switch format {
+        case .table:
+            tableRows.append(cells.map(\.plain))
+        case .csv:
+            Self.emit(cells.map { Self.csvField($0.plain) }.joined(separator: ","))
+        case .json:
+            var out: [UInt8] = [UInt8(ascii: "{")]
+            for (i, (name, cell)) in zip(columns, cells).enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalJSON.writeString(name, into: &out)
+                out.append(UInt8(ascii: ":"))
+                CanonicalJSON.write(cell.json, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+            Self.emit(String(decoding: out, as: UTF8.self))
+        }
+    }
+
+    /// Prints the table (a no-op for streaming formats).
+    func finish() {
+        guard format == .table else { return }
+        var widths = columns.map(\.count)
+        for row in tableRows {
+            for (i, cell) in row.enumerated() { widths[i] = min(max(widths[i], cell.count), 80) }
+        }
+        func line(_ cells: [String]) -> String {
+            zip(cells, widths).map { cell, width in
+                let clipped = cell.count > width ? String(cell.prefix(width - 1)) + "…" : cell
+                return clipped.padding(toLength: width, withPad: " ", startingAt: 0)
+            }.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        }
+        Self.emit(line(columns.map { $0.uppercased() }))
+        for row in tableRows { Self.emit(line(row)) }
+    }
+
+    static func csvField(_ s: String) -> String {
+        s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" })
+            ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+    }
+
+    static func emit(_ line: String) {
+        print(line)
+    }
+}
+
+/// An error that ends a command with a one-line message and a spec exit code.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    var exitCode: Int32
+    init(_ description: String, exitCode: Int32 = 2) {
+        self.description = description
+        self.exitCode = exitCode
+    }
+}
+
+/// Writes a transient progress line to stderr, only when stderr is a terminal.
+struct ProgressLine {
+    let enabled = isatty(STDERR_FILENO) != 0
+    private var lastDraw = Date.distantPast
+
+    mutating func update(_ text: @autoclosure () -> String) {
+        guard enabled, Date().timeIntervalSince(lastDraw) > 0.2 else { return }
+        lastDraw = Date()
+        FileHandle.standardError.write(Data(("\r\u{1B}[K" + text()).utf8))
+    }
+
+    func done() {
+        if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+}
