@@ -298,3 +298,36 @@ public enum CanonicalJSON {
         out.append(UInt8(ascii: "\""))
     }
 }
+
+extension JSONValue {
+    /// Compact JSON in document order (not canonical), e.g. for producing records.
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512)
+        Self.write(self, into: &out)
+        return out
+    }
+
+    private static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        switch value {
+        case let .array(elements):
+            out.append(UInt8(ascii: "["))
+            for (i, element) in elements.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                write(element, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case let .object(members):
+            out.append(UInt8(ascii: "{"))
+            for (i, member) in members.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalJSON.writeString(member.key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                write(member.value, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        default:
+            CanonicalJSON.write(value, into: &out)
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import ArgumentParser
+import EventGenerator
+import Foundation
+
+/// `idrecon-gen`: writes a deterministic login-event stream as JSON lines.
+struct GenerateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "idrecon-gen",
+        abstract: "Generate a deterministic, realistic login-event/v1 stream as JSON lines.",
+        discussion: """
+            The same flags give the same bytes. The stream holds --events valid unique events, \
+            plus duplicates and single-defect bad records (one per reason code in turn). \
+            The manifest (JSON) says what an ingest must report.
+            """
+    )
+
+    @Option(help: "Valid, unique events to generate.")
+    var events = 10_000
+
+    @Option(help: "Random seed.")
+    var seed: UInt64 = 42
+
+    @Option(help: "Fraction of events followed by a bad record (0...1).")
+    var badFraction = 0.02
+
+    @Option(help: "Fraction of events re-sent as duplicates (0...1).")
+    var duplicateFraction = 0.01
+
+    @Option(help: "Out-of-order window (events).")
+    var shuffleWindow = 64
+
+    @Option(help: "Output file (default: standard output).")
+    var output: String?
+
+    @Option(help: "Write the manifest JSON here (default: standard error).")
+    var manifest: String?
+
+    func validate() throws {
+        guard events >= 0 else { throw ValidationError("--events must be 0 or more") }
+        guard (0...1).contains(badFraction), (0...1).contains(duplicateFraction) else {
+            throw ValidationError("fractions must be between 0 and 1")
+        }
+        guard shuffleWindow >= 1 else { throw ValidationError("--shuffle-window must be at least 1") }
+    }
+
+    func run() throws {
+        var config = GeneratorConfig(events: events, seed: seed)
+        config.badFraction = badFraction
+        config.duplicateFraction = duplicateFraction
+        config.shuffleWindow = shuffleWindow
+        var generator = EventStreamGenerator(config: config)
+
+        let handle: FileHandle
+        if let output {
+            guard FileManager.default.createFile(atPath: output, contents: nil), let h = FileHandle(forWritingAtPath: output) else {
+                throw ValidationError("cannot write \(output)")
+            }
+            handle = h
+        } else {
+            handle = FileHandle.standardOutput
+        }
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(1 << 20)
+        while let line = generator.next() {
+            buffer.append(contentsOf: line)
+            buffer.append(UInt8(ascii: "\n"))
+            if buffer.count >= 1 << 20 {
+                handle.write(Data(buffer))
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        handle.write(Data(buffer))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let json = try encoder.encode(generator.manifest) + Data("\n".utf8)
+        if let manifest {
+            try json.write(to: URL(fileURLWithPath: manifest))
+        } else {
+            FileHandle.standardError.write(json)
+        }
+    }
+}
+
+GenerateCommand.main()
