@@ -1,0 +1,79 @@
+import Testing
+@testable import IdreconDomain
+
+@Suite struct JSONTests {
+    func parse(_ s: String) throws -> JSONValue { try JSONParser.parse(Array(s.utf8)) }
+
+    @Test func parsesNestedValues() throws {
+        let v = try parse(#" {"a": [1, -2.5e3, true, false, null], "b": {"c": "d"}} "#)
+        #expect(v["a"] == .array([.number("1"), .number("-2.5e3"), .bool(true), .bool(false), .null]))
+        #expect(v["b"]?["c"] == .string("d"))
+    }
+
+    @Test func decodesEscapesAndSurrogatePairs() throws {
+        #expect(try parse(#""a\"b\\c\/\n\t\u00e9\ud83d\ude00""#) == .string("a\"b\\c/\n\té😀"))
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"a\":1,}", "[1,]", "{\"a\" 1}", "01", "1.", "-", "tru", "\"abc", "{\"a\":1} x",
+        "\"\\x\"", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "\"tab\there\"", "NaN",
+    ])
+    func rejectsMalformed(_ text: String) {
+        #expect(throws: JSONParseError.self) { try parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xFF, 0x22]) }
+    }
+
+    @Test func rejectsDeepNesting() {
+        let deep = String(repeating: "[", count: 200) + String(repeating: "]", count: 200)
+        #expect(throws: JSONParseError.self) { try parse(deep) }
+    }
+
+    @Test func canonicalFormSortsKeysAndIsStable() throws {
+        let a = try parse(#"{"b": 1, "a": "x\u0001", "c": [{"z": 1, "y": 2}]}"#)
+        let b = try parse(#"{"c":[{"y":2,"z":1}],"a":"x\u0001","b":1}"#)
+        #expect(CanonicalJSON.encode(a) == #"{"a":"x\u0001","b":1,"c":[{"y":2,"z":1}]}"#)
+        #expect(CanonicalJSON.encode(a) == CanonicalJSON.encode(b))
+        #expect(try parse(CanonicalJSON.encode(a)) == b.sortedForTest)
+    }
+}
+
+extension JSONValue {
+    /// Keys sorted recursively, for comparing a re-parsed canonical form.
+    var sortedForTest: JSONValue {
+        switch self {
+        case let .object(m): return .object(m.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sortedForTest) })
+        case let .array(a): return .array(a.map(\.sortedForTest))
+        default: return self
+        }
+    }
+}
+
+@Suite struct TimestampTests {
+    @Test func parsesOffsetsToUTCMilliseconds() {
+        let utc = Timestamp.parse("2026-11-01T09:00:00Z")
+        #expect(utc == 1_793_523_600_000)
+        #expect(Timestamp.parse("2026-11-01T10:00:00+01:00") == utc)
+        #expect(Timestamp.parse("2026-11-01t03:30:00.000-05:30") == utc)
+        #expect(Timestamp.parse("2026-11-01 09:00:00.1234z") == utc! + 123)
+        #expect(Timestamp.parse("2026-11-01T09:00:00.5Z") == utc! + 500)
+    }
+
+    @Test(arguments: [
+        "2026-11-01T09:00:00", "2026-11-01", "2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-11-01T24:00:00Z",
+        "2026-11-01T09:00:60Z", "2026-11-01T09:00:00+0100", "2026-11-01T09:00:00.Z", "yesterday at noon, UTC",
+    ])
+    func rejectsNonRFC3339(_ text: String) {
+        #expect(Timestamp.parse(text) == nil)
+    }
+
+    @Test func formatRoundTrips() {
+        for ms: Int64 in [0, 1_793_523_600_123, 951_782_400_000, -1] {
+            #expect(Timestamp.parse(Timestamp.format(ms)) == ms)
+        }
+        #expect(Timestamp.format(1_793_523_600_123) == "2026-11-01T09:00:00.123Z")
+        #expect(Timestamp.parse("2024-02-29T00:00:00Z") != nil)
+    }
+}
