@@ -117,15 +117,16 @@ public struct FileIngestor: Sendable {
     /// Validation is pure, so a batch is validated on all cores.
     static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)]) -> [IncomingRecord] {
         let chunks = max(1, min(pending.count / 256, ProcessInfoCores.count * 2))
-        let results = UnsafeMutableBufferPointer<IncomingRecord?>.allocate(capacity: pending.count)
-        results.initialize(repeating: nil)
-        defer { results.deallocate() }
-        nonisolated(unsafe) let out = results
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
-            for i in lower..<upper { out[i] = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin) }
+        return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
+            nonisolated(unsafe) let out = buffer
+            DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+                let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
+                for i in lower..<upper {
+                    (out.baseAddress! + i).initialize(to: IncomingRecord(raw: pending[i].raw, origin: pending[i].origin))
+                }
+            }
+            initialized = pending.count
         }
-        return results.map { $0! }
     }
 
     static func absolutePath(_ path: String) -> String {

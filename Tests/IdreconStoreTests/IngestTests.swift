@@ -1,0 +1,155 @@
+import EventGenerator
+import Foundation
+import IdreconDomain
+import IdreconIngest
+@testable import IdreconStore
+import Testing
+
+@Suite struct IngestTests {
+    @Test func duplicatesAreCountedAndConflictsQuarantined() throws {
+        let dir = TempDir()
+        let file = dir.write("a.jsonl", [
+            eventLine("e1", ["nonce": "n1"]),
+            // Same event, other key order and offset: a duplicate, not a conflict.
+            #"{"asid":"11","token_type":"access_token","tracking":"enabled","device_id":"D-e1","app_id":"1","occurred_at":"2026-11-01T10:00:00+01:00","event_id":"e1","schema":"login-event/v1","nonce":"n1"}"#,
+            eventLine("e1", ["nonce": "n1", "device_id": "other"]),
+            eventLine("e2", ["nonce": "n1"]),
+            eventLine("e3", ["nonce": "n1", "app_id": "2"]), // other app: the nonce is free there
+        ])
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let summary = try FileIngestor(store: store).ingest(path: file)
+        #expect(summary.outcome.appended == 2)
+        #expect(summary.outcome.duplicates == 1)
+        #expect(summary.outcome.quarantined == [.eventIDConflict: 1, .nonceReplay: 1])
+        let q = try store.quarantineEntries()
+        #expect(q.map(\.code) == ["event_id_conflict", "nonce_replay"])
+        #expect(q.map(\.position) == [3, 4])
+        #expect(q[1].message.contains("e1"))
+        #expect(try store.stats().duplicates == 1)
+    }
+
+    @Test func duplicateAcrossBatchesAndRunsIsStillADuplicate() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        _ = try FileIngestor(store: store, batchSize: 1).ingest(path: dir.write("a.jsonl", [eventLine("e1"), eventLine("e2")]))
+        let s = try FileIngestor(store: store, batchSize: 1).ingest(path: dir.write("b.jsonl", [eventLine("e2"), eventLine("e1", ["asid": "12"])]))
+        #expect(s.outcome.duplicates == 1)
+        #expect(s.outcome.quarantined == [.eventIDConflict: 1])
+    }
+
+    @Test func quarantineKeepsRawBytesExactly() throws {
+        let dir = TempDir()
+        let garbage: [UInt8] = [0x7B, 0xFF, 0xFE, 0x00, 0x22, 0x0D]
+        var bytes = Array((eventLine("ok") + "\n").utf8)
+        bytes += garbage + [0x0A]
+        bytes += Array("{\"schema\":\"login-event/v1\"}\r\n".utf8)
+        let file = dir.path("raw.jsonl")
+        FileManager.default.createFile(atPath: file, contents: Data(bytes))
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let summary = try FileIngestor(store: store).ingest(path: file)
+        #expect(summary.outcome.appended == 1)
+        let q = try store.quarantineEntries()
+        #expect(q.count == 2)
+        #expect(q[0].raw == garbage)
+        #expect(q[0].code == "malformed_json")
+        #expect(q[1].code == "missing_field")
+        #expect(q[1].raw == Array("{\"schema\":\"login-event/v1\"}\r".utf8))
+    }
+
+    @Test func hugeLineIsQuarantinedNotFatal() throws {
+        let dir = TempDir()
+        let big = #"{"schema":"login-event/v1","event_id":"big","blob":""# + String(repeating: "x", count: 10 << 20)
+        let file = dir.write("big.jsonl", [eventLine("a"), big, eventLine("b")])
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let summary = try FileIngestor(store: store).ingest(path: file)
+        #expect(summary.outcome.appended == 2)
+        #expect(summary.outcome.quarantined == [.malformedJSON: 1])
+        #expect(try store.quarantineEntries()[0].raw.count == big.utf8.count)
+    }
+
+    @Test func emptyAndBlankFilesAreFine() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        #expect(try FileIngestor(store: store).ingest(path: dir.write("empty.jsonl", [])).lines == 0)
+        let s = try FileIngestor(store: store).ingest(path: dir.write("blank.jsonl", ["", "  ", eventLine("x"), ""]))
+        #expect(s.skippedBlank == 3 && s.outcome.appended == 1)
+    }
+
+    @Test func directoryAndMissingFileAreOneLineErrors() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        #expect(throws: IngestError.self) { try FileIngestor(store: store).ingest(path: dir.url.path) }
+        #expect(throws: IngestError.self) { try FileIngestor(store: store).ingest(path: dir.path("missing.jsonl")) }
+    }
+
+    @Test func rerunResumesAtStoredPositionAndPicksUpAppendedLines() throws {
+        let dir = TempDir()
+        let file = dir.write("a.jsonl", [eventLine("e1"), "bad", eventLine("e2")])
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let first = try FileIngestor(store: store, batchSize: 2).ingest(path: file)
+        #expect(first.outcome.appended == 2 && first.outcome.quarantinedTotal == 1)
+        let again = try FileIngestor(store: store).ingest(path: file)
+        #expect(again.lines == 0 && again.outcome == BatchOutcome())
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
+        handle.seekToEndOfFile()
+        handle.write(Data((eventLine("e3") + "\nworse\n").utf8))
+        try handle.close()
+        let third = try FileIngestor(store: store).ingest(path: file)
+        #expect(third.outcome.appended == 1)
+        #expect(try store.quarantineEntries().map(\.position) == [2, 5]) // line numbers continue
+        let size = try FileManager.default.attributesOfItem(atPath: file)[.size] as! Int64
+        #expect(try store.positions().map(\.position) == [size])
+    }
+
+    @Test func batchSizeDoesNotChangeTheLog() throws {
+        let dir = TempDir()
+        var generator = EventStreamGenerator(config: GeneratorConfig(events: 3000, seed: 7))
+        var lines: [String] = []
+        while let line = generator.next() { lines.append(String(decoding: line, as: UTF8.self)) }
+        let file = dir.write("g.jsonl", lines)
+        let a = try EventStore(path: dir.path("a.sqlite"))
+        let b = try EventStore(path: dir.path("b.sqlite"))
+        _ = try FileIngestor(store: a, batchSize: 7).ingest(path: file)
+        _ = try FileIngestor(store: b, batchSize: 5000).ingest(path: file)
+        #expect(try a.eventPayloads().map(\.payload) == b.eventPayloads().map(\.payload))
+        #expect(try a.quarantineEntries(limit: nil).map(\.raw) == b.quarantineEntries(limit: nil).map(\.raw))
+    }
+
+    /// The generator's manifest is what ingest and stats must report.
+    @Test func generatedStreamMatchesItsManifest() throws {
+        let dir = TempDir()
+        var config = GeneratorConfig(events: 20_000, seed: 11)
+        config.badFraction = 0.05
+        config.duplicateFraction = 0.02
+        var generator = EventStreamGenerator(config: config)
+        var data = Data()
+        while let line = generator.next() { data.append(contentsOf: line); data.append(0x0A) }
+        let manifest = generator.manifest
+        let file = dir.path("g.jsonl")
+        FileManager.default.createFile(atPath: file, contents: data)
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let summary = try FileIngestor(store: store).ingest(path: file)
+        #expect(summary.lines == Int64(manifest.lines))
+        #expect(summary.outcome.appended == manifest.valid)
+        #expect(summary.outcome.duplicates == manifest.duplicates)
+        #expect(Dictionary(uniqueKeysWithValues: summary.outcome.quarantined.map { ($0.key.rawValue, $0.value) }) == manifest.quarantined)
+        let stats = try store.stats()
+        #expect(stats.events == manifest.valid && stats.logins == manifest.logins && stats.logouts == manifest.logouts)
+        #expect(stats.limitedLogins == manifest.limitedLogins)
+        #expect(stats.duplicates == manifest.duplicates)
+        #expect(stats.quarantinedByCode == manifest.quarantined)
+        // Every catalogued defect is present.
+        #expect(Set(manifest.quarantined.keys) == Set(config.badCodes.map(\.rawValue)))
+    }
+
+    @Test func corruptDatabaseIsAClearError() throws {
+        let dir = TempDir()
+        let path = dir.path("bad.sqlite")
+        FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x41, count: 8192))
+        #expect {
+            _ = try EventStore(path: path)
+        } throws: { error in
+            (error as? StoreError)?.description.contains("not an idrecon SQLite database") == true
+        }
+    }
+}
