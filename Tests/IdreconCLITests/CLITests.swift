@@ -1,0 +1,174 @@
+import EventGenerator
+import Foundation
+import IdreconStore
+import Testing
+
+/// The built `idrecon` and `idrecon-gen` executables, next to the test bundle.
+enum Binaries {
+    static let directory: URL = {
+        var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        while url.path != "/" {
+            if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("idrecon").path) { return url }
+            url.deleteLastPathComponent()
+        }
+        // Fallback: the package's default debug build folder.
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug")
+    }()
+    static var idrecon: String { directory.appendingPathComponent("idrecon").path }
+    static var generator: String { directory.appendingPathComponent("idrecon-gen").path }
+}
+
+struct RunResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+@discardableResult
+func run(_ executable: String, _ arguments: [String], stdin: String? = nil) throws -> RunResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    let input = Pipe()
+    process.standardInput = stdin == nil ? FileHandle.nullDevice : input
+    try process.run()
+    if let stdin {
+        input.fileHandleForWriting.write(Data(stdin.utf8))
+        try input.fileHandleForWriting.close()
+    }
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return RunResult(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}
+
+final class Scratch {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("idrecon-cli-\(UUID().uuidString)")
+    init() { try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }
+    deinit { try? FileManager.default.removeItem(at: url) }
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+}
+
+@Suite struct CLITests {
+    @Test func badInputIsOneLineAndExitTwo() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        let cases: [[String]] = [
+            ["ingest", s.path("missing.jsonl"), "--db", db],
+            ["ingest", s.url.path, "--db", db],
+            ["ingest", "/dev/null", "--db", s.url.path],
+            ["ingest", "/dev/null", "--db", "/proc/no/such/dir/db.sqlite"],
+            ["ingest", "/dev/null", "--db", db, "--batch-size", "0"],
+            ["ingest", "/dev/null", "--db", db, "--format", "xml"],
+            ["quarantine", "list", "--db", db, "--code", "nope"],
+            ["stats", "--db", s.path("never-created.sqlite")],
+            ["frobnicate"],
+        ]
+        for arguments in cases {
+            let r = try run(Binaries.idrecon, arguments)
+            #expect(r.status == 2, "\(arguments): \(r.status) \(r.stderr)")
+            #expect(!r.stderr.isEmpty && !r.stderr.contains("Fatal error") && !r.stderr.contains("Stack dump"), "\(arguments)")
+        }
+        let corrupt = s.path("corrupt.sqlite")
+        FileManager.default.createFile(atPath: corrupt, contents: Data(repeating: 7, count: 4096))
+        let r = try run(Binaries.idrecon, ["ingest", "/dev/null", "--db", corrupt])
+        #expect(r.status == 2)
+        #expect(r.stderr.split(separator: "\n").count == 1)
+        #expect(r.stderr.contains("not an idrecon SQLite database"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: corrupt)) == Data(repeating: 7, count: 4096), "a corrupt file is never overwritten")
+    }
+
+    @Test(.enabled(if: getuid() != 0, "root ignores file permissions"))
+    func readOnlyDatabaseIsAClearError() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        try run(Binaries.idrecon, ["ingest", "/dev/null", "--db", db])
+        try FileManager.default.setAttributes([.posixPermissions: 0o444], ofItemAtPath: db)
+        try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: s.url.path)
+        defer { try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: s.url.path) }
+        let input = FileManager.default.temporaryDirectory.appendingPathComponent("ro-\(UUID()).jsonl").path
+        FileManager.default.createFile(atPath: input, contents: Data("{}\n".utf8))
+        let r = try run(Binaries.idrecon, ["ingest", input, "--db", db])
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("read-only") || r.stderr.contains("cannot be opened"))
+    }
+
+    @Test func ingestFromStdinAndQueryFormats() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        let input = """
+            {"schema":"login-event/v1","event_id":"a","occurred_at":"2026-11-01T09:00:00Z","app_id":"1","device_id":"D","tracking":"limited","token_type":"access_token","asid":"1"}
+            not json, "quoted"
+            {"schema":"login-event/v1","event_id":"b","occurred_at":"2026-11-01T09:00:00Z","app_id":"1","device_id":"D","tracking":"limited","token_type":"authentication_token","asid":"1"}
+
+            """
+        let ingest = try run(Binaries.idrecon, ["ingest", "-", "--db", db, "--format", "json"], stdin: input)
+        #expect(ingest.status == 0)
+        #expect(ingest.stdout.contains(#"{"metric":"appended","value":1}"#))
+        #expect(ingest.stdout.contains(#"{"metric":"quarantined.malformed_json","value":1}"#))
+
+        let list = try run(Binaries.idrecon, ["quarantine", "list", "--db", db, "--format", "json"])
+        let rows = list.stdout.split(separator: "\n").map { try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any] }
+        #expect(rows.map { $0["code"] as? String } == ["token_type_mismatch", "malformed_json"])
+        #expect(rows.map { $0["position"] as? Int } == [1, 2])
+
+        let csv = try run(Binaries.idrecon, ["quarantine", "list", "--db", db, "--format", "csv", "--code", "malformed_json"])
+        #expect(csv.stdout.hasPrefix("id,code,source,position,event_id,message\n"))
+        #expect(csv.stdout.split(separator: "\n").count == 2)
+
+        let show = try run(Binaries.idrecon, ["quarantine", "show", "2", "--db", db, "--format", "json"])
+        #expect(show.stdout.contains(#""raw":"not json, \"quoted\"""#))
+        #expect(try run(Binaries.idrecon, ["quarantine", "show", "99", "--db", db]).status == 1)
+
+        let stats = try run(Binaries.idrecon, ["stats", "--db", db, "--format", "csv"])
+        #expect(stats.stdout.contains("events,1\n"))
+        #expect(stats.stdout.contains("quarantined,2\n"))
+        #expect(try run(Binaries.idrecon, ["stats", "--help"]).status == 0)
+    }
+
+    /// An ingest killed with SIGKILL at random moments and restarted ends with exactly
+    /// the log and quarantine of one clean run.
+    @Test func killedIngestResumesWithoutLossOrDuplicates() throws {
+        let s = Scratch()
+        let file = s.path("events.jsonl")
+        let gen = try run(Binaries.generator, ["--events", "40000", "--seed", "5", "--bad-fraction", "0.05", "--output", file, "--manifest", s.path("m.json")])
+        #expect(gen.status == 0)
+
+        let clean = s.path("clean.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", file, "--db", clean, "--batch-size", "500"]).status == 0)
+
+        let crashed = s.path("crashed.sqlite")
+        var rng = SeededRandom(seed: UInt64(Date().timeIntervalSince1970))
+        var kills = 0
+        for _ in 0..<8 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+            process.arguments = ["ingest", file, "--db", crashed, "--batch-size", "500"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            usleep(UInt32(100_000 + rng.next() % 500_000))
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                kills += 1
+            }
+            process.waitUntilExit()
+        }
+        #expect(try run(Binaries.idrecon, ["ingest", file, "--db", crashed, "--batch-size", "500"]).status == 0)
+
+        let a = try EventStore(path: clean, readOnly: true), b = try EventStore(path: crashed, readOnly: true)
+        let ea = try a.eventPayloads(), eb = try b.eventPayloads()
+        #expect(ea.count == eb.count)
+        #expect(Set(ea.map(\.eventID)) == Set(eb.map(\.eventID)))
+        #expect(ea.map(\.payload) == eb.map(\.payload))
+        let qa = try a.quarantineEntries(), qb = try b.quarantineEntries(limit: nil)
+        #expect(try a.quarantineEntries(limit: nil).map { "\($0.position) \($0.code)" } == qb.map { "\($0.position) \($0.code)" })
+        #expect(qa.map(\.raw) == Array(qb.prefix(qa.count)).map(\.raw))
+        #expect(try a.stats().duplicates == b.stats().duplicates)
+        #expect(kills >= 1, "the ingest finished before any kill; make the input larger")
+    }
+}
