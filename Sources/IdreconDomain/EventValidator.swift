@@ -46,7 +46,8 @@ public enum EventValidator {
 
         let deviceID = try fields.requiredString("device_id")
         guard (1...128).contains(deviceID.unicodeScalars.count),
-              deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control })
+              deviceID.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) // ASCII fast path; C1 controls below
+                  && (deviceID.utf8.allSatisfy({ $0 < 0x80 }) || deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }))
         else { throw Rejection(.invalidField, "field 'device_id' must be 1-128 printable characters") }
 
         let platform = try fields.enumeration("platform", Platform.self) ?? .ios

@@ -81,6 +81,7 @@ public struct FileIngestor: Sendable {
         summary.resumedAt = startOffset
 
         var reader = LineReader(fd: fd, startOffset: startOffset)
+        let writer = PipelinedWriter(store: store)
         var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
         pending.reserveCapacity(batchSize)
         var lastOffset = startOffset
@@ -88,14 +89,11 @@ public struct FileIngestor: Sendable {
         func flush() throws(IngestError) {
             let records = Self.validate(pending)
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
-            do {
-                summary.outcome.add(try store.append(records, positions: position))
-            } catch {
-                throw IngestError(error.description)
-            }
+            try writer.submit(records, positions: position)
             pending.removeAll(keepingCapacity: true)
-            summary.bytes = lastOffset - startOffset
-            progress(IngestProgress(bytesDone: lastOffset, bytesTotal: total, lines: lineNumber))
+            if let done = writer.lastCommitted {
+                progress(IngestProgress(bytesDone: done.position, bytesTotal: total, lines: done.records))
+            }
         }
 
         while let (line, endOffset) = try reader.next() {
@@ -111,6 +109,8 @@ public struct FileIngestor: Sendable {
         }
         // Always commit at the end so blank trailing lines advance the stored position too.
         if !pending.isEmpty || lastOffset != startOffset { try flush() }
+        summary.outcome = try writer.finish()
+        summary.bytes = lastOffset - startOffset
         return summary
     }
 

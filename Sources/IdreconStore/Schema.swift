@@ -8,6 +8,11 @@ enum Schema {
         migrator.registerMigration("v1-event-log") { db in
             let codes = ReasonCode.allCases.map { "'\($0.rawValue)'" }.joined(separator: ",")
             try db.execute(sql: """
+                CREATE TABLE sources (
+                    id   INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL UNIQUE
+                ) STRICT;
+
                 CREATE TABLE events (
                     seq         INTEGER PRIMARY KEY,
                     event_id    TEXT NOT NULL UNIQUE CHECK (length(event_id) BETWEEN 1 AND 128),
@@ -19,13 +24,11 @@ enum Schema {
                     tracking    TEXT CHECK (tracking IN ('enabled', 'limited')),
                     nonce       TEXT,
                     payload     TEXT NOT NULL,
-                    source      TEXT NOT NULL,
+                    source_id   INTEGER NOT NULL REFERENCES sources(id),
                     position    INTEGER NOT NULL,
                     CHECK ((type = 'login') = (tracking IS NOT NULL AND asid IS NOT NULL) OR type = 'logout')
                 ) STRICT;
                 CREATE UNIQUE INDEX events_app_nonce ON events(app_id, nonce) WHERE nonce IS NOT NULL;
-                CREATE INDEX events_device_time ON events(app_id, device_id, occurred_at, event_id);
-                CREATE INDEX events_asid_time ON events(asid, occurred_at, event_id) WHERE asid IS NOT NULL;
 
                 CREATE TABLE quarantine (
                     id             INTEGER PRIMARY KEY,
