@@ -11,10 +11,11 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
-        .target(name: "IdreconDomain"),
+        .target(name: "IdreconDomain", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // SQLite event log, quarantine and consumed positions (GRDB).
         .target(
             name: "IdreconStore",

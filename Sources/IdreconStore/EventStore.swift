@@ -81,8 +81,9 @@ public final class EventStore: Sendable {
             // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
             // and only when it changed nothing look up which key was taken.
             let insertEvent = try db.cachedStatement(sql: """
-                INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload, source_id, position)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+                INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
+                    device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
                 """)
             let insertQuarantine = try db.cachedStatement(sql: """
                 INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
@@ -96,6 +97,7 @@ public final class EventStore: Sendable {
                 ])
                 outcome.quarantined[rejection.code, default: 0] += 1
             }
+            var appended: [ProjectionFact] = []
             var sourceIDs: [String: Int64] = [:]
             func sourceID(_ name: String) throws -> Int64 {
                 if let id = sourceIDs[name] { return id }
@@ -113,13 +115,16 @@ public final class EventStore: Sendable {
                 case let .success(e):
                     event = e
                 }
+                let columns = EventColumns(event)
                 try insertEvent.execute(arguments: [
                     event.eventID, event.type.rawValue, event.occurredAt, event.appID, event.deviceID, event.asid,
                     event.type == .login ? event.tracking?.rawValue : nil, event.nonce, event.canonicalPayload,
-                    try sourceID(record.origin.source), record.origin.position,
+                    columns.deviceKey, columns.asidKey, columns.linkEmail, columns.linkTFB, columns.friends,
+                    columns.declinesFriends ? 1 : 0, try sourceID(record.origin.source), record.origin.position,
                 ])
                 if db.changesCount == 1 {
                     outcome.appended += 1
+                    appended.append(ProjectionFact(seq: db.lastInsertedRowID, event: event, columns: columns))
                 } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
                     if existing == event.canonicalPayload {
                         outcome.duplicates += 1
@@ -135,6 +140,10 @@ public final class EventStore: Sendable {
                 try db.execute(
                     sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                     arguments: [outcome.duplicates])
+            }
+            try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
+            if let last = appended.last?.seq {
+                try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
             }
             for position in positions { try position.upsert(db) }
             return outcome

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import IdreconDomain
 
@@ -24,11 +25,20 @@ enum Schema {
                     tracking    TEXT CHECK (tracking IN ('enabled', 'limited')),
                     nonce       TEXT,
                     payload     TEXT NOT NULL,
+                    -- Projection inputs, so replay never re-parses payloads:
+                    device_key  INTEGER NOT NULL,        -- StableHash(app_id, device_id)
+                    asid_key    INTEGER,                 -- StableHash(asid)
+                    link_email  TEXT,                    -- 'email:' + SHA-256 of the normalized e-mail
+                    link_tfb    TEXT,                    -- 'tfb:' + token_for_business
+                    friends     TEXT,                    -- friend_asids joined by ',' (NULL: absent)
+                    declines_friends INTEGER NOT NULL DEFAULT 0 CHECK (declines_friends IN (0, 1)),
                     source_id   INTEGER NOT NULL REFERENCES sources(id),
                     position    INTEGER NOT NULL,
                     CHECK ((type = 'login') = (tracking IS NOT NULL AND asid IS NOT NULL) OR type = 'logout')
                 ) STRICT;
                 CREATE UNIQUE INDEX events_app_nonce ON events(app_id, nonce) WHERE nonce IS NOT NULL;
+                CREATE INDEX events_device ON events(device_key);
+                CREATE INDEX events_asid_login ON events(asid_key, occurred_at) WHERE type = 'login';
 
                 CREATE TABLE quarantine (
                     id             INTEGER PRIMARY KEY,
@@ -56,6 +66,20 @@ enum Schema {
                     value INTEGER NOT NULL
                 ) STRICT;
                 """)
+        }
+        migrator.registerMigration("v2-projections") { db in
+            try db.execute(sql: """
+                CREATE TABLE projection_meta (
+                    id          INTEGER PRIMARY KEY CHECK (id = 1),
+                    generation  INTEGER NOT NULL,
+                    config      TEXT NOT NULL,
+                    applied_seq INTEGER NOT NULL
+                ) STRICT;
+                """)
+            let config = String(decoding: try JSONEncoder().encode(IdentityConfig()), as: UTF8.self)
+            try db.execute(sql: "INSERT INTO projection_meta VALUES (1, 1, ?, 0)", arguments: [config])
+            try ProjectionTables(generation: 1).create(db)
+            try ProjectionTables(generation: 1).publish(db)
         }
         return migrator
     }

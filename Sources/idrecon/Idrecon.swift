@@ -11,7 +11,10 @@ struct Idrecon: AsyncParsableCommand {
             quarantined with a stable reason code. Exit codes: 0 ok, 1 not found or \
             violations found, 2 bad usage or input.
             """,
-        subcommands: [IngestCommand.self, StatsCommand.self, QuarantineCommand.self]
+        subcommands: [
+            IngestCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
+            FriendsCommand.self, AccessCommand.self, ExportCommand.self, StatsCommand.self, QuarantineCommand.self,
+        ]
     )
 }
 
@@ -25,6 +28,8 @@ enum Main {
             } else {
                 try command.run()
             }
+        } catch let code as ExitCode {
+            exit(code.rawValue)
         } catch let error as CLIError {
             FileHandle.standardError.write(Data("idrecon: \(error.description)\n".utf8))
             exit(error.exitCode)

@@ -1,0 +1,65 @@
+import Crypto
+
+/// The total order of events in event time: `(occurred_at, event_id)`. "Latest" always
+/// means the greatest key.
+public struct EventKey: Comparable, Hashable, Sendable {
+    public var at: Int64
+    public var eventID: String
+
+    public init(at: Int64, eventID: String) {
+        self.at = at
+        self.eventID = eventID
+    }
+
+    public static func < (a: EventKey, b: EventKey) -> Bool {
+        a.at != b.at ? a.at < b.at : a.eventID.utf8.lexicographicallyPrecedes(b.eventID.utf8)
+    }
+}
+
+/// Stable 63-bit keys for indexing text identifiers by integer (collisions are possible
+/// and resolved by comparing the text).
+public enum StableHash {
+    public static func key(_ parts: String...) -> Int64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for (i, part) in parts.enumerated() {
+            if i > 0 { hash = (hash ^ 0x1F) &* 0x0000_0100_0000_01B3 }
+            for byte in part.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        }
+        return Int64(bitPattern: hash >> 1)
+    }
+}
+
+/// Identity link keys (SPEC section 4).
+public enum LinkKey {
+    /// Trimmed, lower-cased form of an e-mail address.
+    public static func normalizedEmail(_ email: String) -> String {
+        email.trimmingWhitespace().lowercased()
+    }
+
+    /// SHA-256 hex of the normalized e-mail: the only form an e-mail is stored in projections.
+    public static func emailHash(_ email: String) -> String {
+        sha256Hex(normalizedEmail(email))
+    }
+
+    /// The key string stored for an e-mail link.
+    public static func email(_ email: String) -> String { "email:" + emailHash(email) }
+
+    /// The key string stored for a token-for-business link.
+    public static func tokenForBusiness(_ token: String) -> String { "tfb:" + token }
+
+    public static func sha256Hex(_ text: String) -> String {
+        SHA256.hash(data: Array(text.utf8)).map { byte in
+            let hex = "0123456789abcdef".utf8
+            return String(decoding: [hex[hex.index(hex.startIndex, offsetBy: Int(byte >> 4))], hex[hex.index(hex.startIndex, offsetBy: Int(byte & 0xF))]], as: UTF8.self)
+        }.joined()
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+        let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })!
+        return String(scalars[first...last])
+    }
+}

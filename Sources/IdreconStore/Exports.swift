@@ -1,0 +1,104 @@
+import Crypto
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// What `export` can write; field sets and sort orders are SPEC section 5's.
+public enum ExportKind: String, CaseIterable, Sendable {
+    case identities, devices, friends, access
+
+    public var columns: [String] {
+        switch self {
+        case .identities: return ["user_id", "asids", "email_sha256"]
+        case .devices: return ["app_id", "device_id", "mode", "asid", "anomalies"]
+        case .friends: return ["a", "b"]
+        case .access: return ["asid", "state"]
+        }
+    }
+}
+
+extension EventStore {
+    /// Streams the export rows, in order, from one read transaction (bounded memory).
+    public func export(_ kind: ExportKind, asOf: Int64? = nil, row: ([JSONValue]) throws -> Void) throws(StoreError) {
+        try read { db in try Self.export(db, kind, asOf: asOf, tables: .views, row: row) }
+    }
+
+    static func export(_ db: Database, _ kind: ExportKind, asOf: Int64?, tables t: ProjectionTables, row: ([JSONValue]) throws -> Void) throws {
+        switch kind {
+        case .devices:
+            let cursor = try Row.fetchCursor(db, sql: "SELECT app_id, device_id, mode, asid, anomalies FROM \(t.devices) ORDER BY app_id, device_id")
+            while let r = try cursor.next() {
+                try row([.string(r[0]), .string(r[1]), .string(r[2]), (r[3] as String?).map(JSONValue.string) ?? .null, .number(String(r[4] as Int64))])
+            }
+        case .friends:
+            let cursor = try Row.fetchCursor(db, sql: "SELECT a, b FROM \(t.edges) ORDER BY a, b")
+            while let r = try cursor.next() { try row([.string(r[0]), .string(r[1])]) }
+        case .identities:
+            let emails = try db.makeStatement(sql: """
+                SELECT DISTINCT substr(k.key, 7) FROM \(t.asids) a JOIN \(t.asidKeys) k ON k.asid = a.asid
+                WHERE a.user_id = ? AND k.key LIKE 'email:%' ORDER BY 1
+                """)
+            let cursor = try Row.fetchCursor(db, sql: "SELECT user_id, asid FROM \(t.asids) ORDER BY user_id, asid")
+            var current: String?
+            var members: [String] = []
+            func flush() throws {
+                guard let user = current else { return }
+                let hashes = try String.fetchAll(emails, arguments: [user])
+                try row([.string(user), .array(members.map(JSONValue.string)), .array(hashes.map(JSONValue.string))])
+            }
+            while let r = try cursor.next() {
+                let user: String = r[0]
+                if user != current {
+                    try flush()
+                    current = user
+                    members = []
+                }
+                members.append(r[1])
+            }
+            try flush()
+        case .access:
+            let until = asOf ?? .max
+            let cursor = try String.fetchCursor(db, sql: """
+                SELECT asid FROM \(t.asids) WHERE first_login_at <= ?1 UNION SELECT asid FROM \(t.mentions) WHERE first_at <= ?1 ORDER BY 1
+                """, arguments: [until])
+            while let asid = try cursor.next() {
+                try row([.string(asid), .string(try access(db, asid, asOf: asOf, tables: t).state.rawValue)])
+            }
+        }
+    }
+
+    /// SHA-256 of every projection table's full contents, in key order.
+    static func digests(_ db: Database, tables: ProjectionTables) throws -> [String: String] {
+        var result: [String: String] = [:]
+        for name in ProjectionTables.names {
+            let table = tables.generation == 0 ? name : "\(name)_g\(tables.generation)"
+            let columns = try db.columns(in: table).count
+            let order = (1...columns).map(String.init).joined(separator: ", ")
+            var hasher = SHA256()
+            let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM \(table) ORDER BY \(order)")
+            var line: [UInt8] = []
+            while let r = try cursor.next() {
+                line.removeAll(keepingCapacity: true)
+                for value in r.databaseValues {
+                    switch value.storage {
+                    case .null: line.append(contentsOf: "null".utf8)
+                    case let .int64(i): line.append(contentsOf: String(i).utf8)
+                    case let .double(d): line.append(contentsOf: String(d).utf8)
+                    case let .string(s): CanonicalJSON.writeString(s, into: &line)
+                    case let .blob(b): line.append(contentsOf: b.base64EncodedString().utf8)
+                    }
+                    line.append(0x09)
+                }
+                line.append(0x0A)
+                hasher.update(data: line)
+            }
+            result[name] = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        }
+        return result
+    }
+
+    /// Digests of the live projections.
+    public func projectionDigests() throws(StoreError) -> [String: String] {
+        try read { db in try Self.digests(db, tables: .views) }
+    }
+}

@@ -1,0 +1,194 @@
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// One device as the devices projection holds it.
+public struct DeviceRecord: Sendable, Equatable, Codable {
+    public var appID: String
+    public var deviceID: String
+    public var mode: DeviceMode
+    public var asid: String?
+    public var firstAt: Int64
+    public var lastAt: Int64
+    public var lastEventID: String
+    public var logins: Int
+    public var logouts: Int
+    public var anomalies: Int
+
+    init(row: Row) {
+        appID = row["app_id"]
+        deviceID = row["device_id"]
+        mode = DeviceMode(rawValue: row["mode"]) ?? .loggedOut
+        asid = row["asid"]
+        firstAt = row["first_at"]
+        lastAt = row["last_at"]
+        lastEventID = row["last_event"]
+        logins = row["logins"]
+        logouts = row["logouts"]
+        anomalies = row["anomalies"]
+    }
+}
+
+/// The access state of an ASID at a time, with the evidence that decided it.
+public struct AccessAnswer: Sendable, Equatable {
+    public var asid: String
+    public var state: AccessState
+    /// For `forbidden_limited`: the event that made it limited, and the device.
+    public var evidenceEvent: String?
+    public var evidenceDevice: String?
+}
+
+/// A link between two ASIDs through one key, for `explain`.
+public struct LinkHop: Sendable, Equatable {
+    public var from: String
+    public var to: String
+    public var key: String
+    public var fromEvent: String
+    public var toEvent: String
+}
+
+/// An identity: its members and keys.
+public struct IdentityRecord: Sendable, Equatable {
+    public var userID: String
+    public var members: [(asid: String, firstLoginAt: Int64, firstLoginEvent: String)]
+    public var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)]
+
+    public static func == (a: IdentityRecord, b: IdentityRecord) -> Bool {
+        a.userID == b.userID && a.members.map(\.asid) == b.members.map(\.asid) && a.keys.map(\.key) == b.keys.map(\.key)
+    }
+}
+
+extension EventStore {
+    public func device(app: String, device: String) throws(StoreError) -> DeviceRecord? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE app_id = ? AND device_id = ?", arguments: [app, device]).map(DeviceRecord.init)
+        }
+    }
+
+    public func devices(holding asid: String) throws(StoreError) -> [DeviceRecord] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM devices WHERE asid = ? ORDER BY app_id, device_id", arguments: [asid]).map(DeviceRecord.init)
+        }
+    }
+
+    /// Access state of `asid` at `asOf` (UTC ms; nil: now), by indexed lookups.
+    public func access(_ asid: String, asOf: Int64? = nil) throws(StoreError) -> AccessAnswer {
+        try read { db in try Self.access(db, asid, asOf: asOf) }
+    }
+
+    static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
+        let t = asOf ?? .max
+        if let span = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT app_id, device_id, from_event FROM \(tables.spans)
+            WHERE asid = ? AND from_at <= ? AND (to_at IS NULL OR to_at > ?) ORDER BY from_at, from_event LIMIT 1
+            """), arguments: [asid, t, t]) {
+            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span["from_event"],
+                                evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
+        }
+        let latest = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT tracking, event_id, app_id, device_id FROM events
+            WHERE asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at = (
+                SELECT max(occurred_at) FROM events WHERE asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3)
+            ORDER BY event_id DESC LIMIT 1
+            """), arguments: [StableHash.key(asid), asid, t])
+        let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"), arguments: [asid, t]) != nil
+        let limited = latest.map { ($0["tracking"] as String) == Tracking.limited.rawValue }
+        let state = AccessState.decide(heldLimited: false, latestLoginLimited: limited, mentioned: mentioned)
+        return AccessAnswer(
+            asid: asid, state: state, evidenceEvent: state == .forbiddenLimited ? latest?["event_id"] : nil,
+            evidenceDevice: state == .forbiddenLimited ? latest.map { "\($0["app_id"] as String)/\($0["device_id"] as String)" } : nil)
+    }
+
+    /// The user ID of an ASID, of an e-mail (any member that logged in with it) or a user ID.
+    public func userID(asid: String? = nil, email: String? = nil, userID: String? = nil) throws(StoreError) -> String? {
+        try read { db in
+            if let asid { return try String.fetchOne(db, sql: "SELECT user_id FROM asids WHERE asid = ?", arguments: [asid]) }
+            if let email {
+                return try String.fetchOne(db, sql: """
+                    SELECT a.user_id FROM asid_keys k JOIN asids a ON a.asid = k.asid WHERE k.key = ? ORDER BY a.user_id LIMIT 1
+                    """, arguments: [LinkKey.email(email)])
+            }
+            if let userID { return try String.fetchOne(db, sql: "SELECT user_id FROM asids WHERE user_id = ? LIMIT 1", arguments: [userID]) }
+            return nil
+        }
+    }
+
+    /// Every identity an e-mail belongs to (an ambiguous e-mail can name several).
+    public func userIDs(email: String) throws(StoreError) -> [String] {
+        try read { db in
+            try String.fetchAll(db, sql: """
+                SELECT DISTINCT a.user_id FROM asid_keys k JOIN asids a ON a.asid = k.asid WHERE k.key = ? ORDER BY a.user_id
+                """, arguments: [LinkKey.email(email)])
+        }
+    }
+
+    public func identity(_ userID: String) throws(StoreError) -> IdentityRecord? {
+        try read { db in
+            let members = try Row.fetchAll(db, sql: """
+                SELECT asid, first_login_at, first_login_event FROM asids WHERE user_id = ? ORDER BY asid
+                """, arguments: [userID]).map { (asid: $0["asid"] as String, firstLoginAt: $0["first_login_at"] as Int64, firstLoginEvent: $0["first_login_event"] as String) }
+            guard !members.isEmpty else { return nil }
+            let keys = try Row.fetchAll(db, sql: """
+                SELECT DISTINCT l.key, l.asids, l.ambiguous FROM asids a JOIN asid_keys k ON k.asid = a.asid JOIN link_keys l ON l.key = k.key
+                WHERE a.user_id = ? ORDER BY l.key
+                """, arguments: [userID]).map { (key: $0["key"] as String, asids: $0["asids"] as Int, ambiguity: KeyAmbiguity(rawValue: $0["ambiguous"])) }
+            return IdentityRecord(userID: userID, members: members, keys: keys)
+        }
+    }
+
+    /// The shortest chain of linking keys from `a` to `b`, or nil when they are not one identity.
+    public func explain(_ a: String, _ b: String) throws(StoreError) -> [LinkHop]? {
+        try read { db in
+            guard try Int.fetchOne(db, sql: "SELECT 1 FROM asids WHERE asid = ?", arguments: [a]) != nil else { return nil }
+            if a == b { return [] }
+            let keysOf = try db.cachedStatement(sql: """
+                SELECT k.key, k.first_event FROM asid_keys k JOIN link_keys l ON l.key = k.key WHERE k.asid = ? AND l.ambiguous = 0 ORDER BY k.key
+                """)
+            let asidsOf = try db.cachedStatement(sql: "SELECT asid, first_event FROM asid_keys WHERE key = ? ORDER BY asid")
+            var previous: [String: LinkHop] = [:]
+            var seen: Set<String> = [a], seenKeys: Set<String> = []
+            var frontier = [a]
+            while !frontier.isEmpty, previous[b] == nil {
+                var next: [String] = []
+                for asid in frontier {
+                    for keyRow in try Row.fetchAll(keysOf, arguments: [asid]) {
+                        let key: String = keyRow["key"]
+                        guard seenKeys.insert(key).inserted else { continue }
+                        for other in try Row.fetchAll(asidsOf, arguments: [key]) {
+                            let o: String = other["asid"]
+                            guard seen.insert(o).inserted else { continue }
+                            previous[o] = LinkHop(from: asid, to: o, key: key, fromEvent: keyRow["first_event"], toEvent: other["first_event"])
+                            next.append(o)
+                        }
+                    }
+                }
+                frontier = next
+            }
+            guard previous[b] != nil else { return nil }
+            var chain: [LinkHop] = []
+            var cursor = b
+            while cursor != a, let hop = previous[cursor] {
+                chain.append(hop)
+                cursor = hop.from
+            }
+            return chain.reversed()
+        }
+    }
+
+    /// Friends of `asid` (edges of the friend graph) with who names whom.
+    public func friends(of asid: String) throws(StoreError) -> [(friend: String, listedByMe: Bool, listedByThem: Bool)] {
+        try read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT b AS friend, by_a AS mine, by_b AS theirs FROM friend_edges WHERE a = ?1
+                UNION ALL SELECT a, by_b, by_a FROM friend_edges WHERE b = ?1 ORDER BY 1
+                """, arguments: [asid]).map { ($0["friend"], $0["mine"] == 1, $0["theirs"] == 1) }
+        }
+    }
+
+    /// Whether the ASID was seen at all (logged in or in a friend list).
+    public func seen(_ asid: String) throws(StoreError) -> Bool {
+        try read { db in
+            try Int.fetchOne(db, sql: "SELECT 1 FROM asids WHERE asid = ?1 UNION SELECT 1 FROM friend_mentions WHERE asid = ?1", arguments: [asid]) != nil
+        }
+    }
+}

@@ -1,0 +1,25 @@
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// The projections' bookkeeping row: current generation, identity configuration and the
+/// last event sequence number applied.
+struct ProjectionState {
+    var generation: Int
+    var config: IdentityConfig
+    var appliedSeq: Int64
+
+    static func load(_ db: Database) throws -> ProjectionState {
+        guard let row = try Row.fetchOne(db, sql: "SELECT generation, config, applied_seq FROM projection_meta WHERE id = 1") else {
+            throw StoreError("projection_meta is missing; the database is damaged")
+        }
+        let config = try JSONDecoder().decode(IdentityConfig.self, from: Data((row["config"] as String).utf8))
+        return ProjectionState(generation: row["generation"], config: config, appliedSeq: row["applied_seq"])
+    }
+
+    var tables: ProjectionTables { ProjectionTables(generation: generation) }
+
+    func updater(_ db: Database, visibleSeq: Int64) -> ProjectionUpdater {
+        ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: visibleSeq)
+    }
+}

@@ -1,0 +1,124 @@
+import GRDB
+
+/// The projection tables of one generation. Writers use the generation's tables; readers
+/// use views of the same names without suffix, which `publish` points at the current
+/// generation, so `replay` can build a new generation while readers keep working.
+struct ProjectionTables: Sendable {
+    /// 0 names the reader views.
+    let generation: Int
+
+    static let views = ProjectionTables(generation: 0)
+    private var suffix: String { generation == 0 ? "" : "_g\(generation)" }
+
+    static let names = [
+        "devices", "limited_spans", "asids", "asid_keys", "link_keys", "friend_snapshots", "friend_edges", "friend_mentions",
+    ]
+
+    var devices: String { "devices" + suffix }
+    var spans: String { "limited_spans" + suffix }
+    var asids: String { "asids" + suffix }
+    var asidKeys: String { "asid_keys" + suffix }
+    var linkKeys: String { "link_keys" + suffix }
+    var snapshots: String { "friend_snapshots" + suffix }
+    var edges: String { "friend_edges" + suffix }
+    var mentions: String { "friend_mentions" + suffix }
+
+    func create(_ db: Database) throws {
+        precondition(generation > 0)
+        let g = generation
+        try db.execute(sql: """
+            CREATE TABLE devices_g\(g) (
+                app_id      TEXT NOT NULL,
+                device_id   TEXT NOT NULL,
+                mode        TEXT NOT NULL CHECK (mode IN ('enabled', 'limited', 'logged_out')),
+                asid        TEXT,
+                first_at    INTEGER NOT NULL,
+                first_event TEXT NOT NULL,
+                last_at     INTEGER NOT NULL,
+                last_event  TEXT NOT NULL,
+                logins      INTEGER NOT NULL CHECK (logins >= 0),
+                logouts     INTEGER NOT NULL CHECK (logouts >= 0),
+                anomalies   INTEGER NOT NULL CHECK (anomalies >= 0),
+                last_login_tracking TEXT CHECK (last_login_tracking IN ('enabled', 'limited')),
+                logout_since_login  INTEGER NOT NULL CHECK (logout_since_login IN (0, 1)),
+                PRIMARY KEY (app_id, device_id),
+                CHECK ((mode = 'logged_out') = (asid IS NULL))
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX devices_g\(g)_asid ON devices_g\(g)(asid) WHERE asid IS NOT NULL;
+
+            CREATE TABLE limited_spans_g\(g) (
+                app_id     TEXT NOT NULL,
+                device_id  TEXT NOT NULL,
+                from_at    INTEGER NOT NULL,
+                from_event TEXT NOT NULL,
+                to_at      INTEGER,
+                to_event   TEXT,
+                asid       TEXT NOT NULL,
+                PRIMARY KEY (app_id, device_id, from_at, from_event),
+                CHECK ((to_at IS NULL) = (to_event IS NULL))
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at);
+
+            CREATE TABLE asids_g\(g) (
+                asid              TEXT PRIMARY KEY,
+                first_login_at    INTEGER NOT NULL,
+                first_login_event TEXT NOT NULL,
+                user_id           TEXT NOT NULL CHECK (user_id LIKE 'u:%')
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX asids_g\(g)_user ON asids_g\(g)(user_id);
+
+            CREATE TABLE asid_keys_g\(g) (
+                asid        TEXT NOT NULL,
+                key         TEXT NOT NULL CHECK (key LIKE 'email:%' OR key LIKE 'tfb:%'),
+                first_at    INTEGER NOT NULL,
+                first_event TEXT NOT NULL,
+                PRIMARY KEY (asid, key)
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);
+
+            CREATE TABLE link_keys_g\(g) (
+                key       TEXT PRIMARY KEY,
+                asids     INTEGER NOT NULL CHECK (asids >= 1),
+                ambiguous INTEGER NOT NULL CHECK (ambiguous IN (0, 1, 2))
+            ) STRICT, WITHOUT ROWID;
+
+            CREATE TABLE friend_snapshots_g\(g) (
+                asid           TEXT PRIMARY KEY,
+                listed_at      INTEGER,
+                listed_event   TEXT,
+                friends        TEXT NOT NULL,
+                declined_at    INTEGER,
+                declined_event TEXT
+            ) STRICT, WITHOUT ROWID;
+
+            CREATE TABLE friend_edges_g\(g) (
+                a    TEXT NOT NULL,
+                b    TEXT NOT NULL,
+                by_a INTEGER NOT NULL CHECK (by_a IN (0, 1)),
+                by_b INTEGER NOT NULL CHECK (by_b IN (0, 1)),
+                PRIMARY KEY (a, b),
+                CHECK (a < b),
+                CHECK (by_a = 1 OR by_b = 1)
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX friend_edges_g\(g)_b ON friend_edges_g\(g)(b);
+
+            CREATE TABLE friend_mentions_g\(g) (
+                asid        TEXT PRIMARY KEY,
+                first_at    INTEGER NOT NULL,
+                first_event TEXT NOT NULL
+            ) STRICT, WITHOUT ROWID;
+            """)
+    }
+
+    /// Points the reader views at this generation.
+    func publish(_ db: Database) throws {
+        for name in Self.names {
+            try db.execute(sql: "DROP VIEW IF EXISTS \(name)")
+            try db.execute(sql: "CREATE VIEW \(name) AS SELECT * FROM \(name)_g\(generation)")
+        }
+    }
+
+    func drop(_ db: Database) throws {
+        for name in Self.names { try db.execute(sql: "DROP TABLE IF EXISTS \(name)_g\(generation)") }
+    }
+}

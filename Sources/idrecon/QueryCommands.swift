@@ -1,0 +1,283 @@
+import ArgumentParser
+import Foundation
+import IdreconDomain
+import IdreconStore
+
+/// Opens the database for reading, as a CLI error when it cannot.
+func openForReading(_ global: GlobalOptions) throws -> EventStore {
+    do { return try EventStore(path: global.databasePath, readOnly: true) } catch { throw CLIError(error.description) }
+}
+
+/// Runs a store call, turning its error into a one-line CLI error.
+func storeCall<T>(_ body: () throws(StoreError) -> T) throws -> T {
+    do { return try body() } catch { throw CLIError(error.description) }
+}
+
+struct DeviceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device", abstract: "Show one device: its login mode, who is logged in, counts and anomalies.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Argument(help: "App ID.") var app: String
+    @Argument(help: "Device ID.") var device: String
+
+    func run() async throws {
+        let store = try openForReading(global)
+        guard let d = try storeCall({ () throws(StoreError) in try store.device(app: app, device: device) }) else {
+            throw CLIError("no device \(device) in app \(app)", exitCode: 1)
+        }
+        var printer = RowPrinter(format: output.resolved, columns: [
+            "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
+        ])
+        printer.row([
+            .text(d.appID), .text(d.deviceID), .text(d.mode.rawValue), .text(d.asid), .int(Int64(d.anomalies)),
+            .int(Int64(d.logins)), .int(Int64(d.logouts)), .text(Timestamp.format(d.firstAt)), .text(Timestamp.format(d.lastAt)),
+            .text(d.lastEventID),
+        ])
+        printer.finish()
+    }
+}
+
+struct AccessCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "access",
+        abstract: "Graph-API access state of ASIDs: allowed, forbidden_limited, forbidden_unknown (or unseen).",
+        discussion: "Exit 1 when an ASID was never seen.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Argument(help: "ASIDs to check.") var asids: [String]
+    @Option(help: ArgumentHelp("Judge at this time (RFC 3339); events with occurred_at <= T count.", valueName: "T"))
+    var asOf: TimeArgument?
+
+    func validate() throws {
+        guard !asids.isEmpty else { throw ValidationError("give at least one ASID") }
+    }
+
+    func run() async throws {
+        let store = try openForReading(global)
+        var printer = RowPrinter(format: output.resolved, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
+        var unseen = false
+        for asid in asids {
+            let a = try storeCall { () throws(StoreError) in try store.access(asid, asOf: asOf?.millis) }
+            unseen = unseen || a.state == .unseen
+            printer.row([.text(asid), .text(a.state.rawValue), .text(asOf.map { Timestamp.format($0.millis) } ?? "now"),
+                         .text(a.evidenceEvent), .text(a.evidenceDevice)])
+        }
+        printer.finish()
+        if unseen { throw ExitCode(1) }
+    }
+}
+
+struct UserCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "user",
+        abstract: "Show an identity: member ASIDs, their access and devices, link keys and ambiguous keys.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Argument(help: "An ASID of the identity.") var asid: String?
+    @Option(help: "Find the identity by e-mail (normalized and hashed, never stored).") var email: String?
+    @Option(name: .customLong("user-id"), help: "Find the identity by user ID (u:…).") var userID: String?
+
+    func validate() throws {
+        guard [asid, email, userID].compactMap({ $0 }).count == 1 else {
+            throw ValidationError("give exactly one of ASID, --email or --user-id")
+        }
+    }
+
+    func run() async throws {
+        let store = try openForReading(global)
+        let users: [String]
+        if let email {
+            users = try storeCall { () throws(StoreError) in try store.userIDs(email: email) }
+        } else {
+            users = try storeCall { () throws(StoreError) in try store.userID(asid: asid, userID: userID) }.map { [$0] } ?? []
+        }
+        guard !users.isEmpty else { throw CLIError("no identity for \(asid ?? email.map { _ in "that e-mail" } ?? userID ?? "")", exitCode: 1) }
+        var printer = RowPrinter(format: output.resolved, columns: [
+            "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
+        ])
+        for user in users {
+            guard let identity = try storeCall({ () throws(StoreError) in try store.identity(user) }) else { continue }
+            var rows: [[Cell]] = []
+            var anyLimited = false
+            for m in identity.members {
+                let access = try storeCall { () throws(StoreError) in try store.access(m.asid) }
+                anyLimited = anyLimited || access.state == .forbiddenLimited
+                let devices = try storeCall { () throws(StoreError) in try store.devices(holding: m.asid) }
+                rows.append([
+                    .text(user), .text(m.asid), .text(Timestamp.format(m.firstLoginAt)), .text(access.state.rawValue),
+                    .text(devices.map { "\($0.appID)/\($0.deviceID):\($0.mode.rawValue)" }.joined(separator: " ")),
+                ])
+            }
+            let keys = identity.keys.filter { $0.ambiguity == nil }.map { Self.short($0.key) }.joined(separator: " ")
+            let ambiguous = identity.keys.compactMap { k in k.ambiguity.map { "\(Self.short(k.key)) (\($0.label), \(k.asids) ASIDs)" } }
+                .joined(separator: "; ")
+            for row in rows { printer.row(row + [.text(keys), .text(ambiguous), .text(anyLimited ? "true" : "false")]) }
+        }
+        printer.finish()
+    }
+
+    /// Hashed e-mails shortened for reading; full keys in JSON/CSV would be noise too.
+    static func short(_ key: String) -> String {
+        key.hasPrefix("email:") ? String(key.prefix(6 + 12)) + "…" : key
+    }
+}
+
+struct ExplainCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "explain",
+        abstract: "Why two ASIDs are one identity: the chain of link keys and the events that created each link.",
+        discussion: "Exit 1 when they are not linked.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Argument(help: "First ASID.") var a: String
+    @Argument(help: "Second ASID.") var b: String
+
+    func run() async throws {
+        let store = try openForReading(global)
+        guard let chain = try storeCall({ () throws(StoreError) in try store.explain(a, b) }) else {
+            let known = try storeCall { () throws(StoreError) in (try store.userID(asid: a), try store.userID(asid: b)) }
+            switch known {
+            case (nil, _): throw CLIError("ASID \(a) never logged in", exitCode: 1)
+            case (_, nil): throw CLIError("ASID \(b) never logged in", exitCode: 1)
+            case let (ua?, ub?): throw CLIError("\(a) (\(ua)) and \(b) (\(ub)) are not linked by any shared, unambiguous key", exitCode: 1)
+            }
+        }
+        var printer = RowPrinter(format: output.resolved, columns: ["step", "from", "key", "to", "from_event", "to_event"])
+        for (i, hop) in chain.enumerated() {
+            printer.row([.int(Int64(i + 1)), .text(hop.from), .text(hop.key), .text(hop.to), .text(hop.fromEvent), .text(hop.toEvent)])
+        }
+        printer.finish()
+    }
+}
+
+struct FriendsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "friends", abstract: "Friends of an ASID (edges of the friend graph) with each friend's access state.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Argument(help: "ASID.") var asid: String
+
+    func run() async throws {
+        let store = try openForReading(global)
+        guard try storeCall({ () throws(StoreError) in try store.seen(asid) }) else {
+            throw CLIError("ASID \(asid) was never seen", exitCode: 1)
+        }
+        var printer = RowPrinter(format: output.resolved, columns: ["asid", "friend", "access", "listed_by"])
+        for f in try storeCall({ () throws(StoreError) in try store.friends(of: asid) }) {
+            let state = try storeCall { () throws(StoreError) in try store.access(f.friend) }.state
+            let by = f.listedByMe && f.listedByThem ? "both" : f.listedByMe ? asid : f.friend
+            printer.row([.text(asid), .text(f.friend), .text(state.rawValue), .text(by)])
+        }
+        printer.finish()
+    }
+}
+
+struct ExportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Export a projection as JSON lines (default) or CSV, sorted, with the spec's exact fields.")
+
+    enum Kind: String, ExpressibleByArgument, CaseIterable { case identities, devices, friends, access }
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "identities, devices, friends or access.") var kind: Kind
+    @Option(help: "json (JSON lines) or csv.") var format: OutputFormat = .json
+    @Option(help: ArgumentHelp("For access: judge at this time (RFC 3339).", valueName: "T")) var asOf: TimeArgument?
+
+    func validate() throws {
+        if format == .table { throw ValidationError("export writes json or csv") }
+        if asOf != nil, kind != .access { throw ValidationError("--as-of applies to 'export access' only") }
+    }
+
+    func run() async throws {
+        let store = try openForReading(global)
+        let exportKind = ExportKind(rawValue: kind.rawValue)!
+        var out: [UInt8] = []
+        out.reserveCapacity(1 << 16)
+        let stdout = FileHandle.standardOutput
+        if format == .csv { out += Array((exportKind.columns.joined(separator: ",") + "\n").utf8) }
+        try storeCall { () throws(StoreError) in
+            try store.export(exportKind, asOf: asOf?.millis) { values in
+                if format == .csv {
+                    out += Array(values.map { v -> String in
+                        switch v {
+                        case .null: return ""
+                        case let .string(s): return RowPrinter.csvField(s)
+                        case let .number(n): return n
+                        case let .array(items): return RowPrinter.csvField(items.compactMap { if case let .string(s) = $0 { return s } else { return nil } }.joined(separator: ";"))
+                        default: return RowPrinter.csvField(CanonicalJSON.encode(v))
+                        }
+                    }.joined(separator: ",").utf8)
+                } else {
+                    out.append(UInt8(ascii: "{"))
+                    for (i, (name, value)) in zip(exportKind.columns, values).enumerated() {
+                        if i > 0 { out.append(UInt8(ascii: ",")) }
+                        CanonicalJSON.writeString(name, into: &out)
+                        out.append(UInt8(ascii: ":"))
+                        CanonicalJSON.write(value, into: &out)
+                    }
+                    out.append(UInt8(ascii: "}"))
+                }
+                out.append(0x0A)
+                if out.count > 1 << 16 {
+                    stdout.write(Data(out))
+                    out.removeAll(keepingCapacity: true)
+                }
+            }
+        }
+        stdout.write(Data(out))
+    }
+}
+
+struct ReplayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Rebuild every projection from the event log; readers keep working until the atomic swap.",
+        discussion: """
+            Prints events/s and a digest per projection. --verify rebuilds into fresh tables, \
+            compares them with the live projections and discards them (exit 1 on any drift). \
+            --config FILE (JSON: {"max_asids_per_key": 25, "blocklist": ["e-mail", "tfb:…"]}) \
+            changes the identity guards; the rebuilt projections use it from then on.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: FormatOptions
+    @Flag(help: "Compare a rebuild with the live projections; change nothing; exit 1 on drift.") var verify = false
+    @Option(help: "Identity configuration (JSON) to rebuild with.") var config: String?
+
+    func run() async throws {
+        var identityConfig: IdentityConfig?
+        if let config {
+            guard let data = FileManager.default.contents(atPath: config) else { throw CLIError("cannot read config \(config)") }
+            do { identityConfig = try JSONDecoder().decode(IdentityConfig.self, from: data) } catch {
+                throw CLIError("config \(config) is not valid: expected {\"max_asids_per_key\": N, \"blocklist\": [...]}")
+            }
+            if identityConfig!.maxASIDsPerKey < 1 { throw CLIError("config \(config): max_asids_per_key must be at least 1") }
+        }
+        let store: EventStore
+        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        var progress = ProgressLine()
+        let report = try storeCall { () throws(StoreError) in
+            try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
+                progress.update("replay: \(done)/\(total) events")
+            }
+        }
+        progress.done()
+        var printer = RowPrinter(format: output.resolved, columns: ["projection", "digest", "live_digest", "match"])
+        for name in report.rebuilt.keys.sorted() {
+            printer.row([.text(name), .text(report.rebuilt[name]), .text(report.live[name]), .text(report.rebuilt[name] == report.live[name] ? "yes" : "DRIFT")])
+        }
+        printer.finish()
+        let rate = Double(report.events) / max(report.seconds, 0.001)
+        FileHandle.standardError.write(Data("replay: \(report.events) events in \(String(format: "%.2f", report.seconds)) s (\(Int(rate)) events/s)\(report.swapped ? ", swapped" : ", verify only")\n".utf8))
+        if verify, !report.drift.isEmpty {
+            throw CLIError("projections drifted from the log: \(report.drift.joined(separator: ", ")); run 'idrecon replay' to rebuild", exitCode: 1)
+        }
+    }
+}
