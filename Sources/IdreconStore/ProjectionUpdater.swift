@@ -110,13 +110,13 @@ struct ProjectionUpdater {
             var state = try Row.fetchOne(load, arguments: [device.app, device.device]).map(Self.deviceState) ?? DeviceState()
             if let last = state.last, sorted[0].key < last {
                 // A late event: fold the device again from the log.
-                let rows = try Row.fetchAll(db, sql: """
+                let rows = try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT \(ProjectionFact.selectColumns) FROM events
                     WHERE device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
-                    """, arguments: [StableHash.key(device.app, device.device), device.app, device.device, visibleSeq])
+                    """), arguments: [StableHash.key(device.app, device.device), device.app, device.device, visibleSeq])
                 let (folded, spans) = DeviceState.fold(rows.map { ProjectionFact(row: $0).deviceFact })
                 state = folded
-                try db.execute(sql: "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?", arguments: [device.app, device.device])
+                try db.cachedStatement(sql: "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?").execute(arguments: [device.app, device.device])
                 for span in spans {
                     try openSpan.execute(arguments: [device.app, device.device, span.from.at, span.from.eventID, span.to?.at, span.to?.eventID, span.asid])
                 }
@@ -131,11 +131,11 @@ struct ProjectionUpdater {
                     }
                 }
             }
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
                     logins, logouts, anomalies, last_login_tracking, logout_since_login)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [
+                """).execute(arguments: [
                     device.app, device.device, state.mode.rawValue, state.asid, state.first!.at, state.first!.eventID,
                     state.last!.at, state.last!.eventID, state.logins, state.logouts, state.anomalies,
                     state.lastLoginTracking?.rawValue, state.logoutSinceLastLogin ? 1 : 0,
@@ -196,7 +196,7 @@ struct ProjectionUpdater {
                 let after = config.ambiguity(key: key, asids: count, blocked: blocked)
                 try saveKey.execute(arguments: [key, count, after?.rawValue ?? 0])
                 if before != after {
-                    dirty.formUnion(try String.fetchAll(db, sql: "SELECT asid FROM \(t.asidKeys) WHERE key = ?", arguments: [key]))
+                    dirty.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT asid FROM \(t.asidKeys) WHERE key = ?"), arguments: [key]))
                 } else if after == nil {
                     dirty.insert(asid)
                 }
@@ -273,13 +273,13 @@ struct ProjectionUpdater {
         let (a, b) = from < to ? (from, to) : (to, from)
         let mine = from == a ? "by_a" : "by_b", theirs = from == a ? "by_b" : "by_a"
         if on {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?) ON CONFLICT(a, b) DO UPDATE SET \(mine) = 1
-                """, arguments: [a, b, from == a ? 1 : 0, from == a ? 0 : 1])
-        } else if try Int.fetchOne(db, sql: "SELECT \(theirs) FROM \(t.edges) WHERE a = ? AND b = ?", arguments: [a, b]) == 1 {
-            try db.execute(sql: "UPDATE \(t.edges) SET \(mine) = 0 WHERE a = ? AND b = ?", arguments: [a, b])
+                """).execute(arguments: [a, b, from == a ? 1 : 0, from == a ? 0 : 1])
+        } else if try Int.fetchOne(db.cachedStatement(sql: "SELECT \(theirs) FROM \(t.edges) WHERE a = ? AND b = ?"), arguments: [a, b]) == 1 {
+            try db.cachedStatement(sql: "UPDATE \(t.edges) SET \(mine) = 0 WHERE a = ? AND b = ?").execute(arguments: [a, b])
         } else {
-            try db.execute(sql: "DELETE FROM \(t.edges) WHERE a = ? AND b = ?", arguments: [a, b])
+            try db.cachedStatement(sql: "DELETE FROM \(t.edges) WHERE a = ? AND b = ?").execute(arguments: [a, b])
         }
     }
 }
