@@ -12,6 +12,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
@@ -42,7 +43,13 @@ let package = Package(
             path: "tools/idrecon-gen"
         ),
         .testTarget(name: "IdreconDomainTests", dependencies: ["IdreconDomain"]),
-        .testTarget(name: "IdreconStoreTests", dependencies: ["IdreconStore", "IdreconIngest", "EventGenerator"]),
+        .testTarget(
+            name: "IdreconStoreTests",
+            dependencies: [
+                "IdreconStore", "IdreconIngest", "EventGenerator",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]
+        ),
         .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "EventGenerator"]),
     ]
 )
