@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+
+@Suite struct QueryCLITests {
+    static let stream = """
+        {"schema":"login-event/v1","event_id":"a","occurred_at":"2026-11-01T09:00:00Z","app_id":"1","device_id":"P","tracking":"enabled","token_type":"access_token","asid":"300","email":"Ana@X.com","friend_asids":["99"]}
+        {"schema":"login-event/v1","event_id":"b","occurred_at":"2026-11-01T08:00:00Z","app_id":"2","device_id":"Q","tracking":"limited","token_type":"authentication_token","asid":"400","email":" ana@x.com "}
+        {"schema":"login-event/v1","event_id":"c","occurred_at":"2026-11-02T08:00:00Z","app_id":"2","device_id":"R","tracking":"enabled","token_type":"access_token","asid":"500"}
+
+        """
+
+    func db() throws -> (Scratch, String) {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: Self.stream).status == 0)
+        return (s, db)
+    }
+
+    @Test func queriesAnswerAndSayNotFoundWithExitOne() throws {
+        let (s, db) = try db()
+        _ = s
+        let user = try run(Binaries.idrecon, ["user", "300", "--db", db, "--format", "json"])
+        #expect(user.status == 0)
+        #expect(user.stdout.contains(#""user_id":"u:400""#) && user.stdout.contains(#""any_limited":"true""#))
+        #expect(try run(Binaries.idrecon, ["user", "--email", "ANA@x.com", "--db", db, "--format", "csv"]).stdout.contains("u:400"))
+        #expect(try run(Binaries.idrecon, ["user", "--user-id", "u:400", "--db", db]).status == 0)
+        #expect(try run(Binaries.idrecon, ["user", "777", "--db", db]).status == 1)
+        #expect(try run(Binaries.idrecon, ["user", "300", "--email", "a@b", "--db", db]).status == 2)
+
+        let explain = try run(Binaries.idrecon, ["explain", "300", "400", "--db", db, "--format", "csv"])
+        #expect(explain.status == 0 && explain.stdout.contains(",300,email:") && explain.stdout.contains(",a,b"))
+        let unlinked = try run(Binaries.idrecon, ["explain", "300", "500", "--db", db])
+        #expect(unlinked.status == 1 && unlinked.stderr.contains("not linked"))
+
+        let access = try run(Binaries.idrecon, ["access", "300", "400", "99", "--db", db, "--format", "csv"])
+        #expect(access.status == 0)
+        #expect(access.stdout.contains("300,allowed") && access.stdout.contains("400,forbidden_limited,now,b,2/Q") && access.stdout.contains("99,forbidden_unknown"))
+        #expect(try run(Binaries.idrecon, ["access", "400", "--as-of", "2026-11-01T07:00:00Z", "--db", db, "--format", "csv"]).status == 1)
+        #expect(try run(Binaries.idrecon, ["access", "400", "--as-of", "yesterday", "--db", db]).status == 2)
+
+        let friends = try run(Binaries.idrecon, ["friends", "300", "--db", db, "--format", "csv"])
+        #expect(friends.stdout.contains("300,99,forbidden_unknown,300"))
+        #expect(try run(Binaries.idrecon, ["friends", "1234", "--db", db]).status == 1)
+
+        let device = try run(Binaries.idrecon, ["device", "2", "Q", "--db", db, "--format", "json"])
+        #expect(device.stdout.contains(#""mode":"limited""#))
+        #expect(try run(Binaries.idrecon, ["device", "2", "nope", "--db", db]).status == 1)
+    }
+
+    @Test func exportsHaveTheSpecFields() throws {
+        let (s, db) = try db()
+        _ = s
+        let identities = try run(Binaries.idrecon, ["export", "identities", "--db", db]).stdout
+        #expect(identities.hasPrefix(#"{"user_id":"u:400","asids":["300","400"],"email_sha256":[""#))
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "csv"]).stdout == """
+            app_id,device_id,mode,asid,anomalies
+            1,P,enabled,300,0
+            2,Q,limited,400,0
+            2,R,enabled,500,0
+
+            """)
+        #expect(try run(Binaries.idrecon, ["export", "friends", "--db", db]).stdout == #"{"a":"300","b":"99"}"# + "\n")
+        #expect(try run(Binaries.idrecon, ["export", "access", "--as-of", "2026-11-01T08:30:00Z", "--db", db]).stdout
+            == #"{"asid":"400","state":"forbidden_limited"}"# + "\n")
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--as-of", "2026-11-01T08:30:00Z", "--db", db]).status == 2)
+    }
+
+    @Test func replayVerifiesAndSwaps() throws {
+        let (s, db) = try db()
+        let verify = try run(Binaries.idrecon, ["replay", "--verify", "--db", db, "--format", "csv"])
+        #expect(verify.status == 0 && !verify.stdout.contains("DRIFT") && verify.stderr.contains("events/s"))
+        let config = s.path("config.json")
+        FileManager.default.createFile(atPath: config, contents: Data(#"{"blocklist": ["ana@x.com"]}"#.utf8))
+        #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 0)
+        #expect(try run(Binaries.idrecon, ["user", "300", "--db", db, "--format", "csv"]).stdout.contains("u:300"))
+        FileManager.default.createFile(atPath: config, contents: Data("not json".utf8))
+        #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 2)
+        #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
+    }
+}
