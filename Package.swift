@@ -13,6 +13,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
@@ -24,12 +25,23 @@ let package = Package(
         ),
         // Reading sources (JSON lines files) in batches into the store.
         .target(name: "IdreconIngest", dependencies: ["IdreconDomain", "IdreconStore"]),
+        // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only.
+        .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        // Thin Kafka layer: consumer with offsets in SQLite, producer, embedded mock cluster.
+        .target(
+            name: "IdreconKafka",
+            dependencies: [
+                "CRdKafka", "IdreconDomain", "IdreconStore", "IdreconIngest",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The command line.
         .executableTarget(
             name: "idrecon",
             dependencies: [
-                "IdreconDomain", "IdreconStore", "IdreconIngest",
+                "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // Deterministic, seeded event-stream generator (library + CLI).
@@ -50,6 +62,6 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),
-        .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "EventGenerator"]),
+        .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "IdreconKafka", "EventGenerator"]),
     ]
 )

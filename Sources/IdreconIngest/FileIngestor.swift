@@ -87,7 +87,7 @@ public struct FileIngestor: Sendable {
         var lastOffset = startOffset
 
         func flush() throws(IngestError) {
-            let records = Self.validate(pending)
+            let records = BatchValidator.validate(pending)
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
             try writer.submit(records, positions: position)
             pending.removeAll(keepingCapacity: true)
@@ -114,21 +114,6 @@ public struct FileIngestor: Sendable {
         return summary
     }
 
-    /// Validation is pure, so a batch is validated on all cores.
-    static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)]) -> [IncomingRecord] {
-        let chunks = max(1, min(pending.count / 256, ProcessInfoCores.count * 2))
-        return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
-            nonisolated(unsafe) let out = buffer
-            DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-                let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
-                for i in lower..<upper {
-                    (out.baseAddress! + i).initialize(to: IncomingRecord(raw: pending[i].raw, origin: pending[i].origin))
-                }
-            }
-            initialized = pending.count
-        }
-    }
-
     static func absolutePath(_ path: String) -> String {
         guard let resolved = realpath(path, nil) else { return path }
         defer { free(resolved) }
@@ -142,6 +127,21 @@ public struct FileIngestor: Sendable {
     }
 }
 
-enum ProcessInfoCores {
-    static let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+/// Validation is pure, so a batch is validated on all cores.
+public enum BatchValidator {
+    static let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+
+    public static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)]) -> [IncomingRecord] {
+        let chunks = max(1, min(pending.count / 256, cores * 2))
+        return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
+            nonisolated(unsafe) let out = buffer
+            DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+                let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
+                for i in lower..<upper {
+                    (out.baseAddress! + i).initialize(to: IncomingRecord(raw: pending[i].raw, origin: pending[i].origin))
+                }
+            }
+            initialized = pending.count
+        }
+    }
 }

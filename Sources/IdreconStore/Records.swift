@@ -28,6 +28,13 @@ public struct IncomingRecord: Sendable {
         self.origin = origin
         self.validation = EventValidator.validate(raw)
     }
+
+    /// A record rejected before validation (e.g. a Kafka record with a null value).
+    public init(raw: [UInt8], origin: RecordOrigin, rejection: Rejection) {
+        self.raw = raw
+        self.origin = origin
+        self.validation = .failure(rejection)
+    }
 }
 
 /// How far a source has been consumed: the resume point written with each batch.

@@ -12,7 +12,7 @@ struct Idrecon: AsyncParsableCommand {
             violations found, 2 bad usage or input.
             """,
         subcommands: [
-            IngestCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
+            IngestCommand.self, ConsumeCommand.self, ProduceCommand.self, DevBrokerCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
             FriendsCommand.self, AccessCommand.self, ExportCommand.self, StatsCommand.self, QuarantineCommand.self,
         ]
     )
@@ -22,7 +22,11 @@ struct Idrecon: AsyncParsableCommand {
 enum Main {
     static func main() async {
         do {
-            var command = try Idrecon.parseAsRoot()
+            // `--embedded=N` is `--embedded` with N partitions.
+            let arguments = CommandLine.arguments.dropFirst().flatMap { argument -> [String] in
+                argument.hasPrefix("--embedded=") ? ["--embedded", "--embedded-partitions", String(argument.dropFirst(11))] : [argument]
+            }
+            var command = try Idrecon.parseAsRoot(arguments)
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

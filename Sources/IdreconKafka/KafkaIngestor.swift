@@ -1,0 +1,223 @@
+import CRdKafka
+import Foundation
+import IdreconDomain
+import IdreconIngest
+import IdreconStore
+import Logging
+
+/// Settings of `idrecon consume`.
+public struct ConsumeOptions: Sendable {
+    public var brokers: String
+    public var topic: String
+    public var group: String
+    /// Extra librdkafka settings (`-X key=value`), applied last.
+    public var settings: [(String, String)] = []
+    public var batchSize = 4000
+    public var batchMilliseconds = 200
+    public var exitAtEnd = false
+    /// Also commit offsets to Kafka after each SQLite commit (for lag monitoring only).
+    public var commitToKafka = true
+
+    public init(brokers: String, topic: String, group: String) {
+        self.brokers = brokers
+        self.topic = topic
+        self.group = group
+    }
+}
+
+/// Totals of one consume run.
+public struct ConsumeSummary: Sendable {
+    public var records = 0
+    public var batches = 0
+    public var outcome = BatchOutcome()
+    public var rebalances = 0
+}
+
+/// Kafka → SQLite with exactly-once effect: offsets live in SQLite, written in the same
+/// transaction as each batch's events, quarantine entries and projection updates. Each
+/// assigned partition starts at its stored offset (or the reset policy when none), never
+/// at the broker's committed offset; revocation commits the open batch first.
+public final class KafkaIngestor: @unchecked Sendable {
+    private let store: EventStore
+    private let options: ConsumeOptions
+    private let logger: Logger
+    private var rk: OpaquePointer?
+    private var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
+    private var nextOffsets: [Int32: Int64] = [:]
+    private var assigned: Set<Int32> = []
+    private var atEnd: Set<Int32> = []
+    private var failure: (any Error)?
+    private var summary = ConsumeSummary()
+    private var batchStarted = Date()
+    /// Where a partition without a stored offset starts (`auto.offset.reset`, default earliest).
+    private var resetOffset = Int64(RD_KAFKA_OFFSET_BEGINNING)
+
+    public init(store: EventStore, options: ConsumeOptions, logger: Logger) {
+        self.store = store
+        self.options = options
+        self.logger = logger
+    }
+
+    static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
+
+    /// Consumes until `shouldStop` returns true (checked at least every 100 ms) or, with
+    /// `exitAtEnd`, until every assigned partition is at its end. Leaves the group cleanly.
+    public func run(shouldStop: @escaping () -> Bool, progress: (ConsumeSummary) -> Void = { _ in }) throws -> ConsumeSummary {
+        let reset = options.settings.last { $0.0 == "auto.offset.reset" }?.1 ?? "earliest"
+        let conf = try makeConfiguration([
+            ("bootstrap.servers", options.brokers), ("group.id", options.group),
+            ("enable.auto.commit", "false"), ("enable.auto.offset.store", "false"), ("enable.partition.eof", "true"),
+            ("auto.offset.reset", "earliest"), ("log_level", "4"), ("fetch.wait.max.ms", "100"),
+        ] + options.settings)
+        resetOffset = ["latest", "largest", "end"].contains(reset) ? Int64(RD_KAFKA_OFFSET_END) : Int64(RD_KAFKA_OFFSET_BEGINNING)
+        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(self).toOpaque())
+        rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
+            guard let rk, let opaque else { return }
+            Unmanaged<KafkaIngestor>.fromOpaque(opaque).takeUnretainedValue().rebalance(rk, err, partitions)
+        }
+        rd_kafka_conf_set_error_cb(conf) { _, err, reason, opaque in
+            guard let opaque else { return }
+            let me = Unmanaged<KafkaIngestor>.fromOpaque(opaque).takeUnretainedValue()
+            me.logger.warning("kafka: \(reason.map { String(cString: $0) } ?? "") (\(String(cString: rd_kafka_err2name(rd_kafka_resp_err_t(rawValue: err)))); retrying")
+        }
+        let rk = try makeClient(RD_KAFKA_CONSUMER, conf)
+        self.rk = rk
+        defer {
+            rd_kafka_destroy(rk)
+            self.rk = nil
+        }
+        rd_kafka_poll_set_consumer(rk)
+        let topics = rd_kafka_topic_partition_list_new(1)!
+        rd_kafka_topic_partition_list_add(topics, options.topic, RD_KAFKA_PARTITION_UA)
+        let err = rd_kafka_subscribe(rk, topics)
+        rd_kafka_topic_partition_list_destroy(topics)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "subscribe to \(options.topic)") }
+        logger.info("consuming", metadata: ["topic": "\(options.topic)", "group": "\(options.group)", "brokers": "\(options.brokers)"])
+
+        batchStarted = Date()
+        do {
+            while !shouldStop() {
+                if let message = rd_kafka_consumer_poll(rk, 100) {
+                    defer { rd_kafka_message_destroy(message) }
+                    try handle(message.pointee)
+                }
+                if let failure { throw failure }
+                if pending.count >= options.batchSize || (!pending.isEmpty && Date().timeIntervalSince(batchStarted) * 1000 >= Double(options.batchMilliseconds)) {
+                    try flush()
+                    progress(summary)
+                }
+                if options.exitAtEnd, !assigned.isEmpty, assigned.isSubset(of: atEnd), pending.isEmpty { break }
+            }
+            try flush()
+        } catch {
+            rd_kafka_consumer_close(rk)
+            throw error
+        }
+        let closeErr = rd_kafka_consumer_close(rk) // revokes (and so commits) first, then leaves the group
+        if let failure { throw failure }
+        if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR { logger.warning("leaving the group: \(String(cString: rd_kafka_err2str(closeErr)))") }
+        return summary
+    }
+
+    private func handle(_ message: rd_kafka_message_t) throws {
+        let partition = message.partition
+        switch message.err {
+        case RD_KAFKA_RESP_ERR_NO_ERROR:
+            let topic = message.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? options.topic
+            let key = message.key.map { Array(UnsafeRawBufferPointer(start: $0, count: message.key_len)) }
+            let origin = RecordOrigin(source: Self.source(topic: topic, partition: partition), position: message.offset, partition: partition, key: key)
+            if pending.isEmpty { batchStarted = Date() }
+            if let payload = message.payload {
+                pending.append((Array(UnsafeRawBufferPointer(start: payload, count: message.len)), origin))
+            } else {
+                pending.append(([], origin)) // a null value; see flush
+            }
+            nextOffsets[partition] = message.offset + 1
+            atEnd.remove(partition)
+            summary.records += 1
+        case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+            atEnd.insert(partition)
+            logger.debug("partition at end", metadata: ["partition": "\(partition)", "offset": "\(message.offset)"])
+        default:
+            let description = String(cString: rd_kafka_err2str(message.err))
+            if message.err == RD_KAFKA_RESP_ERR__FATAL { throw KafkaError(message.err, "consumer") }
+            logger.warning("kafka: \(description); retrying", metadata: ["partition": "\(partition)"])
+        }
+    }
+
+    /// Commits the open batch: events, quarantine, projections and offsets in one transaction.
+    private func flush() throws {
+        guard !pending.isEmpty else { return }
+        var records = BatchValidator.validate(pending.filter { !$0.raw.isEmpty })
+        // Null values never reach the validator: they are their own quarantine case.
+        if records.count != pending.count {
+            var merged: [IncomingRecord] = []
+            var iterator = records.makeIterator()
+            for item in pending {
+                if item.raw.isEmpty {
+                    merged.append(IncomingRecord(raw: [], origin: item.origin, rejection: Rejection(.malformedJSON, "the record value is null or empty")))
+                } else {
+                    merged.append(iterator.next()!)
+                }
+            }
+            records = merged
+        }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
+        do {
+            summary.outcome.add(try store.append(records, positions: positions))
+        } catch {
+            throw IngestError(error.description)
+        }
+        summary.batches += 1
+        logger.debug("batch committed", metadata: ["records": "\(pending.count)"])
+        pending.removeAll(keepingCapacity: true)
+        if options.commitToKafka, let rk { commitToKafka(rk) }
+        nextOffsets.removeAll()
+    }
+
+    private func commitToKafka(_ rk: OpaquePointer) {
+        guard !nextOffsets.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(nextOffsets.count)) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for (partition, offset) in nextOffsets {
+            rd_kafka_topic_partition_list_add(list, options.topic, partition)!.pointee.offset = offset
+        }
+        _ = rd_kafka_commit(rk, list, 1)
+    }
+
+    /// Called by librdkafka on the polling thread.
+    fileprivate func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
+        summary.rebalances += 1
+        switch err {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            guard let partitions else { return }
+            var described: [String] = []
+            for i in 0..<Int(partitions.pointee.cnt) {
+                let element = partitions.pointee.elems + i
+                let topic = String(cString: element.pointee.topic)
+                do {
+                    let stored = try store.position(of: Self.source(topic: topic, partition: element.pointee.partition))
+                    element.pointee.offset = stored?.position ?? resetOffset
+                } catch {
+                    failure = error
+                    element.pointee.offset = Int64(RD_KAFKA_OFFSET_END)
+                }
+                assigned.insert(element.pointee.partition)
+                atEnd.remove(element.pointee.partition)
+                described.append("\(element.pointee.partition)@\(element.pointee.offset)")
+            }
+            logger.info("assigned partitions", metadata: ["partitions": "\(described.joined(separator: " "))"])
+            rd_kafka_assign(rk, partitions)
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            do { try flush() } catch { failure = error }
+            logger.info("partitions revoked; open batch committed")
+            rd_kafka_assign(rk, nil)
+            assigned.removeAll()
+            atEnd.removeAll()
+        default:
+            logger.warning("rebalance error: \(String(cString: rd_kafka_err2str(err)))")
+            rd_kafka_assign(rk, nil)
+            assigned.removeAll()
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import CRdKafka
+
+/// Sends records to one topic; the partition is chosen from the key (librdkafka's default partitioner).
+public final class KafkaProducer: @unchecked Sendable {
+    private let rk: OpaquePointer
+    private let topic: OpaquePointer
+    public let topicName: String
+
+    public init(brokers: String, topic: String, settings: [(String, String)] = []) throws(KafkaError) {
+        let conf = try makeConfiguration([
+            ("bootstrap.servers", brokers), ("linger.ms", "20"), ("batch.num.messages", "10000"),
+            ("queue.buffering.max.messages", "500000"), ("log_level", "4"),
+        ] + settings)
+        rk = try makeClient(RD_KAFKA_PRODUCER, conf)
+        guard let t = rd_kafka_topic_new(rk, topic, nil) else {
+            rd_kafka_destroy(rk)
+            throw .configuration("cannot open topic \(topic)")
+        }
+        self.topic = t
+        topicName = topic
+    }
+
+    deinit {
+        rd_kafka_topic_destroy(topic)
+        rd_kafka_destroy(rk)
+    }
+
+    /// Queues one record; waits for queue space when the local queue is full. A nil value
+    /// sends a null record value (a tombstone), as some producers do.
+    public func send(key: [UInt8]?, value: [UInt8]?, partition: Int32? = nil) throws(KafkaError) {
+        while true {
+            let result: Int32 = value.withOptionalBytes { valuePointer, valueCount in
+                key.withOptionalBytes { keyPointer, keyCount in
+                    rd_kafka_produce(topic, partition ?? RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
+                                     valuePointer, valueCount, keyPointer, keyCount, nil)
+                }
+            }
+            if result == 0 { return }
+            let err = rd_kafka_last_error()
+            if err == RD_KAFKA_RESP_ERR__QUEUE_FULL {
+                rd_kafka_poll(rk, 50)
+                continue
+            }
+            throw KafkaError(err, "produce to \(topicName)")
+        }
+    }
+
+    /// Serves delivery reports.
+    public func poll() { rd_kafka_poll(rk, 0) }
+
+    /// Waits until every queued record is delivered.
+    public func flush(timeoutMs: Int32 = 60_000) throws(KafkaError) {
+        let err = rd_kafka_flush(rk, timeoutMs)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "flush to \(topicName)") }
+    }
+}
+
+extension Optional where Wrapped == [UInt8] {
+    func withOptionalBytes<R>(_ body: (UnsafeMutableRawPointer?, Int) -> R) -> R {
+        guard var bytes = self else { return body(nil, 0) }
+        return bytes.withUnsafeMutableBytes { body($0.baseAddress, $0.count) }
+    }
+}

@@ -1,0 +1,210 @@
+import ArgumentParser
+import Foundation
+import IdreconDomain
+import IdreconKafka
+import IdreconStore
+import Logging
+
+/// SIGINT/SIGTERM set this flag; long-running commands poll it and stop cleanly.
+enum StopSignal {
+    nonisolated(unsafe) static var requested: sig_atomic_t = 0
+
+    static func install() {
+        signal(SIGINT) { _ in StopSignal.requested = 1 }
+        signal(SIGTERM) { _ in StopSignal.requested = 1 }
+    }
+
+    static var isRequested: Bool { requested != 0 }
+}
+
+/// `--log-level`, shared by the long-running commands.
+struct LoggingOptions: ParsableArguments {
+    @Option(help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func logger(_ label: String) -> Logger {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .trace
+            return handler
+        }
+        var logger = Logger(label: label)
+        logger.logLevel = logLevel
+        return logger
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// A `-X key=value` librdkafka setting.
+struct KafkaSetting: ExpressibleByArgument {
+    var key: String
+    var value: String
+
+    init?(argument: String) {
+        guard let eq = argument.firstIndex(of: "="), eq != argument.startIndex else { return nil }
+        key = String(argument[..<eq])
+        value = String(argument[argument.index(after: eq)...])
+    }
+}
+
+struct ConsumeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "consume",
+        abstract: "Consume login events from Kafka into the log (offsets stored in SQLite, exactly-once effect).",
+        discussion: """
+            Joins the consumer group and appends or quarantines every record; each batch commits \
+            its events, quarantine entries, projection updates and partition offsets in one SQLite \
+            transaction. Partitions start at the offset stored in SQLite. SIGINT/SIGTERM finish the \
+            batch, commit, leave the group and exit 0. Any librdkafka setting goes through -X \
+            (e.g. -X security.protocol=SASL_SSL -X sasl.mechanisms=PLAIN).
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var logging: LoggingOptions
+    @Option(help: "Kafka bootstrap servers (host:port,…); not needed with --embedded.") var brokers: String?
+    @Option(help: "Topic to consume.") var topic = "login-events"
+    @Option(help: "Consumer group.") var group = "idrecon"
+    @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
+    var settings: [KafkaSetting] = []
+    @Option(help: "A file of librdkafka settings, one key=value per line (# comments).") var config: String?
+    @Option(help: "Records per transaction.") var batchSize = 4000
+    @Option(help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
+    @Flag(help: "Exit 0 once every assigned partition has reached its end.") var exitAtEnd = false
+    @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
+    var embeddedFlag = false
+    @Option(name: .customLong("embedded-partitions"), help: .hidden) var embeddedPartitions: Int?
+
+    func validate() throws {
+        guard batchSize >= 1, batchMs >= 1 else { throw ValidationError("--batch-size and --batch-ms must be at least 1") }
+        if brokers == nil, embeddedPartitions == nil, !embeddedFlag { throw ValidationError("give --brokers, or --embedded for an in-process cluster") }
+    }
+
+    func run() async throws {
+        let logger = logging.logger("idrecon.consume")
+        var extra = settings.map { ($0.key, $0.value) }
+        if let config {
+            guard let text = try? String(contentsOfFile: config, encoding: .utf8) else { throw CLIError("cannot read \(config)") }
+            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let trimmed = line.trimmingCharacters(in: .whitespaces)
+                if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+                guard let setting = KafkaSetting(argument: trimmed) else { throw CLIError("\(config):\(n + 1): expected key=value") }
+                extra.insert((setting.key, setting.value), at: 0)
+            }
+        }
+        var cluster: MockCluster?
+        var bootstrap = brokers ?? ""
+        if embeddedPartitions != nil || embeddedFlag {
+            do {
+                cluster = try MockCluster()
+                try cluster!.createTopic(topic, partitions: embeddedPartitions ?? 16)
+            } catch { throw CLIError(error.description) }
+            bootstrap = cluster!.bootstrap
+            FileHandle.standardError.write(Data("embedded Kafka cluster at \(bootstrap) (topic \(topic), \(embeddedPartitions ?? 16) partitions)\n".utf8))
+        }
+        let store: EventStore
+        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        var options = ConsumeOptions(brokers: bootstrap, topic: topic, group: group)
+        options.settings = extra
+        options.batchSize = batchSize
+        options.batchMilliseconds = batchMs
+        options.exitAtEnd = exitAtEnd
+        StopSignal.install()
+        let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
+        var progress = ProgressLine()
+        let started = Date()
+        let summary: ConsumeSummary
+        do {
+            summary = try ingestor.run(shouldStop: { StopSignal.isRequested }) { s in
+                progress.update("consume: \(s.records) records, \(Int(Double(s.records) / max(Date().timeIntervalSince(started), 0.001))) records/s")
+            }
+        } catch let error as KafkaError {
+            progress.done()
+            throw CLIError(error.description, exitCode: error.kind == .configuration ? 2 : 1)
+        } catch {
+            progress.done()
+            throw CLIError("\(error)", exitCode: 1)
+        }
+        progress.done()
+        withExtendedLifetime(cluster) {}
+        let seconds = Date().timeIntervalSince(started)
+        logger.info("stopped", metadata: [
+            "records": "\(summary.records)", "appended": "\(summary.outcome.appended)", "duplicates": "\(summary.outcome.duplicates)",
+            "quarantined": "\(summary.outcome.quarantinedTotal)", "records_per_second": "\(Int(Double(summary.records) / max(seconds, 0.001)))",
+        ])
+    }
+}
+
+struct ProduceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "produce",
+        abstract: "Send JSON lines to a Kafka topic (key = device_id), for tests and demos.")
+
+    @Argument(help: "JSON-lines file, or - for standard input.") var file: String
+    @Option(help: "Kafka bootstrap servers.") var brokers: String
+    @Option(help: "Topic.") var topic = "login-events"
+    @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
+    var settings: [KafkaSetting] = []
+
+    func run() async throws {
+        guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
+            throw CLIError("cannot read \(file)")
+        }
+        let producer: KafkaProducer
+        do { producer = try KafkaProducer(brokers: brokers, topic: topic, settings: settings.map { ($0.key, $0.value) }) } catch {
+            throw CLIError(error.description)
+        }
+        var sent = 0
+        var buffer: [UInt8] = []
+        func send(_ line: ArraySlice<UInt8>) throws {
+            guard !line.isEmpty else { return }
+            let bytes = Array(line)
+            var key: [UInt8]?
+            if let value = try? JSONParser.parse(bytes), case let .string(device)? = value["device_id"] { key = Array(device.utf8) }
+            do { try producer.send(key: key, value: bytes) } catch { throw CLIError(error.description, exitCode: 1) }
+            sent += 1
+            if sent % 1000 == 0 { producer.poll() }
+        }
+        while true {
+            let chunk = handle.readData(ofLength: 1 << 20)
+            if chunk.isEmpty { break }
+            buffer.append(contentsOf: chunk)
+            var start = buffer.startIndex
+            while let newline = buffer[start...].firstIndex(of: 0x0A) {
+                try send(buffer[start..<newline])
+                start = newline + 1
+            }
+            buffer.removeSubrange(..<start)
+        }
+        try send(buffer[...])
+        do { try producer.flush() } catch { throw CLIError(error.description, exitCode: 1) }
+        FileHandle.standardError.write(Data("produced \(sent) records to \(topic)\n".utf8))
+    }
+}
+
+struct DevBrokerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dev-broker",
+        abstract: "Run an in-process Kafka cluster (librdkafka's mock) in the foreground for other processes.",
+        discussion: "Prints the bootstrap address on the first line of standard output; stops on SIGINT/SIGTERM.")
+
+    @Option(help: "Topic to create.") var topic = "login-events"
+    @Option(help: "Partitions of the topic (the mock keeps about 100k records per partition).") var partitions = 16
+    @Option(help: "Brokers in the cluster.") var brokers = 1
+
+    func validate() throws {
+        guard partitions >= 1, brokers >= 1 else { throw ValidationError("--partitions and --brokers must be at least 1") }
+    }
+
+    func run() async throws {
+        let cluster: MockCluster
+        do {
+            cluster = try MockCluster(brokers: brokers)
+            try cluster.createTopic(topic, partitions: partitions, replicationFactor: min(brokers, 3))
+        } catch { throw CLIError(error.description) }
+        FileHandle.standardOutput.write(Data((cluster.bootstrap + "\n").utf8))
+        StopSignal.install()
+        while !StopSignal.isRequested { usleep(100_000) }
+        withExtendedLifetime(cluster) {}
+    }
+}
