@@ -1,0 +1,175 @@
+import EventGenerator
+import Foundation
+import IdreconDomain
+import IdreconKafka
+import IdreconStore
+import Testing
+
+/// A generated stream whose bad records do not depend on arrival order (Kafka spreads a
+/// stream over partitions, so which of two conflicting records comes first is not fixed).
+func kafkaStream(events: Int, seed: UInt64) -> [[UInt8]] {
+    var config = GeneratorConfig(events: events, seed: seed)
+    config.badFraction = 0.03
+    config.badCodes = [.malformedJSON, .unsupportedSchema, .missingField, .invalidField, .tokenTypeMismatch,
+                       .permissionOutOfScope, .limitedUnsupported, .claimWithoutPermission]
+    var generator = EventStreamGenerator(config: config)
+    var lines: [[UInt8]] = []
+    while let line = generator.next() { lines.append(line) }
+    return lines
+}
+
+/// Produces lines with key = device_id, as `idrecon produce` does.
+func produce(_ lines: [[UInt8]], to cluster: MockCluster, topic: String) throws {
+    let producer = try KafkaProducer(brokers: cluster.bootstrap, topic: topic)
+    for line in lines {
+        var key: [UInt8]?
+        if let v = try? JSONParser.parse(line), case let .string(d)? = v["device_id"] { key = Array(d.utf8) }
+        try producer.send(key: key, value: line)
+    }
+    try producer.flush()
+}
+
+func startConsumer(_ cluster: MockCluster, topic: String, db: String, extra: [String] = []) throws -> Process {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+    process.arguments = ["consume", "--brokers", cluster.bootstrap, "--topic", topic, "--group", "g", "--db", db,
+                         "--exit-at-end", "--batch-size", "500", "--log-level", "warning",
+                         // The mock coordinator waits out a dead member's session: keep it short.
+                         "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"] + extra
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    return process
+}
+
+/// Waits for a process, killing it after `seconds`; returns its exit status.
+@discardableResult
+func wait(_ process: Process, seconds: Double = 120) -> Int32 {
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning, Date() < deadline { usleep(50_000) }
+    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+/// What a run must be equal on: events, quarantine by code, projection digests.
+struct Outcome: Equatable {
+    var events: Set<String>
+    var quarantine: [String: Int]
+    var digests: [String: String]
+
+    init(db: String) throws {
+        let store = try EventStore(path: db, readOnly: true)
+        events = Set(try store.eventPayloads().map { $0.eventID + " " + $0.payload })
+        quarantine = try store.stats().quarantinedByCode
+        digests = try store.projectionDigests()
+    }
+}
+
+@Suite(.serialized) struct KafkaTests {
+    let lines = kafkaStream(events: 20_000, seed: 3)
+
+    func reference(_ s: Scratch) throws -> Outcome {
+        let file = s.path("events.jsonl")
+        FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
+        #expect(try run(Binaries.idrecon, ["ingest", file, "--db", s.path("ref.sqlite")]).status == 0)
+        return try Outcome(db: s.path("ref.sqlite"))
+    }
+
+    @Test func consumeEqualsIngest() throws {
+        let s = Scratch()
+        let cluster = try MockCluster()
+        try cluster.createTopic("t", partitions: 8)
+        try produce(lines, to: cluster, topic: "t")
+        let db = s.path("k.sqlite")
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        let expected = try reference(s)
+        let got = try Outcome(db: db)
+        #expect(got.events.count == expected.events.count)
+        #expect(got == expected)
+        // Stored offsets are the partitions' ends.
+        let positions = try EventStore(path: db, readOnly: true).positions()
+        #expect(positions.count == 8 && positions.reduce(0) { $0 + $1.position } == Int64(lines.count))
+        // Run again: nothing new.
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        #expect(try Outcome(db: db) == got)
+    }
+
+    @Test func killedConsumerResumesWithoutLossOrDuplicates() throws {
+        let s = Scratch()
+        let cluster = try MockCluster()
+        try cluster.createTopic("t", partitions: 6)
+        try produce(lines, to: cluster, topic: "t")
+        let db = s.path("k.sqlite")
+        var rng = SeededRandom(seed: UInt64(Date().timeIntervalSince1970))
+        var kills = 0
+        var consumed: Int64 = 0
+        func storedTotal() -> Int64 {
+            (try? EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position }) ?? 0
+        }
+        for _ in 0..<6 {
+            let p = try startConsumer(cluster, topic: "t", db: db)
+            // Kill only once this run has committed something, at a random moment after.
+            let deadline = Date().addingTimeInterval(60)
+            while p.isRunning, storedTotal() < consumed + 1500, Date() < deadline { usleep(20_000) }
+            usleep(UInt32(rng.next() % 400_000))
+            if p.isRunning { kill(p.processIdentifier, SIGKILL); kills += 1 }
+            p.waitUntilExit()
+            consumed = storedTotal()
+        }
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        #expect(kills >= 5, "the consumer finished before it could be killed 5 times")
+        #expect(try Outcome(db: db) == reference(s))
+    }
+
+    @Test func faultsLoseNothing() throws {
+        let s = Scratch()
+        let cluster = try MockCluster(brokers: 3)
+        try cluster.createTopic("t", partitions: 6, replicationFactor: 3)
+        try produce(lines, to: cluster, topic: "t")
+        let db = s.path("k.sqlite")
+        cluster.pushRequestErrors(.fetch, [MockCluster.ErrorCode.notLeader, MockCluster.ErrorCode.requestTimedOut, MockCluster.ErrorCode.transport])
+        cluster.pushRequestErrors(.offsetCommit, [MockCluster.ErrorCode.requestTimedOut, MockCluster.ErrorCode.coordinatorNotAvailable])
+        let first = try startConsumer(cluster, topic: "t", db: db)
+        usleep(1_500_000)
+        cluster.setLeader(topic: "t", partition: 0, broker: 2)
+        cluster.setLeader(topic: "t", partition: 1, broker: 3)
+        cluster.setBroker(3, up: false)
+        let second = try startConsumer(cluster, topic: "t", db: db) // joins mid-run: rebalance
+        usleep(3_000_000)
+        cluster.setBroker(3, up: true)
+        #expect(wait(first) == 0)
+        #expect(wait(second) == 0)
+        // Whatever the faults left unconsumed, a last run finishes; nothing is lost or doubled.
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        #expect(try Outcome(db: db) == reference(s))
+    }
+
+    @Test func badRecordsLandInQuarantineWithPartitionAndOffset() throws {
+        let s = Scratch()
+        let cluster = try MockCluster()
+        try cluster.createTopic("t", partitions: 1)
+        let producer = try KafkaProducer(brokers: cluster.bootstrap, topic: "t")
+        try producer.send(key: Array("k".utf8), value: nil)
+        try producer.send(key: nil, value: [0xFF, 0x00, 0x13, 0x37])
+        try producer.send(key: nil, value: Array(#"{"schema":"login-event/v1","event_id":"x"}"#.utf8))
+        try producer.flush()
+        let db = s.path("k.sqlite")
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        let q = try EventStore(path: db, readOnly: true).quarantineEntries()
+        #expect(q.map(\.code) == ["malformed_json", "malformed_json", "missing_field"])
+        #expect(q.map(\.position) == [0, 1, 2])
+        #expect(q.allSatisfy { $0.partition == 0 && $0.source == "kafka:t/0" })
+        #expect(q[0].recordKey == Array("k".utf8) && q[0].message.contains("null"))
+        #expect(q[1].raw == [0xFF, 0x00, 0x13, 0x37])
+    }
+
+    @Test func configurationErrorsExitTwo() throws {
+        let s = Scratch()
+        let r = try run(Binaries.idrecon, ["consume", "--brokers", "127.0.0.1:1", "-X", "no.such.setting=1", "--db", s.path("x.sqlite")])
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("no.such.setting"))
+        #expect(try run(Binaries.idrecon, ["consume", "--db", s.path("x.sqlite")]).status == 2)
+        #expect(try run(Binaries.idrecon, ["consume", "--brokers", "127.0.0.1:1", "-X", "fetch.wait.max.ms=-5", "--db", s.path("x.sqlite")]).status == 2)
+    }
+}
