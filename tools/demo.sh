@@ -14,10 +14,27 @@ say "generate $EVENTS events (seeded, with duplicates, out-of-order arrival and 
 "$BIN/idrecon-gen" --events "$EVENTS" --output "$DIR/events.jsonl" --manifest "$DIR/manifest.json"
 cat "$DIR/manifest.json"
 
-say "ingest: every line appended or quarantined, projections updated in the same transaction"
-run ingest "$DIR/events.jsonl" --db "$DB" --format table
-say "ingest again: nothing new"
-run ingest "$DIR/events.jsonl" --db "$DB" --format table
+say "start an in-process Kafka cluster (librdkafka's mock cluster, 16 partitions)"
+"$BIN/idrecon" dev-broker --partitions 16 > "$DIR/broker.txt" 2> "$DIR/broker.log" &
+broker_pid=$!
+trap 'kill $broker_pid $consumer_pid 2>/dev/null || true' EXIT
+consumer_pid=
+for _ in $(seq 50); do [ -s "$DIR/broker.txt" ] && break; sleep 0.1; done
+BROKERS=$(head -1 "$DIR/broker.txt")
+echo "bootstrap: $BROKERS"
+
+say "consume (in the background) while producing: offsets live in SQLite, one transaction per batch"
+# The mock coordinator waits out a departed member's session; a short session keeps the demo quick.
+"$BIN/idrecon" consume --brokers "$BROKERS" --topic login-events --group demo --db "$DB" \
+  -X session.timeout.ms=6000 -X heartbeat.interval.ms=500 &
+consumer_pid=$!
+"$BIN/idrecon" produce "$DIR/events.jsonl" --brokers "$BROKERS" --topic login-events
+lines=$(wc -l < "$DIR/events.jsonl")
+offsets() { "$BIN/idrecon" stats --db "$DB" --format csv 2>/dev/null | awk -F, '/^position.kafka:/ {s += $2} END {print s + 0}'; }
+for _ in $(seq 600); do [ "$(offsets)" -ge "$lines" ] && break; sleep 0.2; done
+echo "all $lines records consumed; stopping the consumer with SIGTERM (commits, leaves the group, exits 0)"
+kill -TERM $consumer_pid && wait $consumer_pid
+consumer_pid=
 
 say "stats"
 run stats --db "$DB" --format table

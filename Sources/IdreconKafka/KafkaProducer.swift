@@ -61,3 +61,22 @@ extension Optional where Wrapped == [UInt8] {
         return bytes.withUnsafeMutableBytes { body($0.baseAddress, $0.count) }
     }
 }
+
+/// Reads partition end offsets (high watermarks) from the brokers, for lag.
+public final class KafkaWatermarks: @unchecked Sendable {
+    private let rk: OpaquePointer
+
+    public init(brokers: String, settings: [(String, String)] = []) throws(KafkaError) {
+        rk = try makeClient(RD_KAFKA_PRODUCER, try makeConfiguration([("bootstrap.servers", brokers), ("log_level", "3")] + settings))
+    }
+
+    deinit { rd_kafka_destroy(rk) }
+
+    /// The next offset to be written to the partition (its end).
+    public func end(topic: String, partition: Int32, timeoutMs: Int32 = 5000) throws(KafkaError) -> Int64 {
+        var low: Int64 = 0, high: Int64 = 0
+        let err = rd_kafka_query_watermark_offsets(rk, topic, partition, &low, &high, timeoutMs)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "watermarks of \(topic)/\(partition)") }
+        return high
+    }
+}

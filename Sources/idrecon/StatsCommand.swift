@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import IdreconDomain
+import IdreconKafka
 import IdreconStore
 
 struct StatsCommand: AsyncParsableCommand {
@@ -11,6 +12,10 @@ struct StatsCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
+    @Option(help: "Kafka bootstrap servers: also show each partition's lag (end offset - stored offset).")
+    var brokers: String?
+    @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value for --brokers (repeatable).", valueName: "key=value"))
+    var settings: [KafkaSetting] = []
 
     func run() async throws {
         let stats: LogStats
@@ -29,6 +34,20 @@ struct StatsCommand: AsyncParsableCommand {
             ("database_bytes", .int(stats.databaseBytes)),
         ]
         rows += stats.positions.map { ("position.\($0.source)", .int($0.position)) }
+        if let brokers {
+            let watermarks: KafkaWatermarks
+            do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw CLIError(error.description) }
+            for position in stats.positions where position.source.hasPrefix("kafka:") {
+                let name = position.source.dropFirst(6)
+                guard let slash = name.lastIndex(of: "/"), let partition = Int32(name[name.index(after: slash)...]) else { continue }
+                do {
+                    let end = try watermarks.end(topic: String(name[..<slash]), partition: partition)
+                    rows.append(("lag.\(position.source)", .int(max(0, end - position.position))))
+                } catch {
+                    rows.append(("lag.\(position.source)", .text("unknown: \(error.description)")))
+                }
+            }
+        }
         var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
         for (metric, value) in rows { printer.row([.text(metric), value]) }
         printer.finish()

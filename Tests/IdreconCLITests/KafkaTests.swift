@@ -90,6 +90,9 @@ struct Outcome: Equatable {
         // Stored offsets are the partitions' ends.
         let positions = try EventStore(path: db, readOnly: true).positions()
         #expect(positions.count == 8 && positions.reduce(0) { $0 + $1.position } == Int64(lines.count))
+        let stats = try run(Binaries.idrecon, ["stats", "--db", db, "--brokers", cluster.bootstrap, "--format", "csv"]).stdout
+        #expect(stats.components(separatedBy: "lag.kafka:t/").count == 9)
+        #expect(!stats.split(separator: "\n").contains { $0.hasPrefix("lag.") && !$0.hasSuffix(",0") })
         // Run again: nothing new.
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
         #expect(try Outcome(db: db) == got)
