@@ -23,6 +23,7 @@ build: deps
 release: deps
 	$(SWIFT) build -c release --product idrecon
 	$(SWIFT) build -c release --product idrecon-gen
+	$(SWIFT) build -c release --product idrecon-bench
 
 ## test: build everything and run every test.
 test: deps
@@ -33,9 +34,9 @@ test: deps
 demo: release
 	tools/demo.sh
 
-## bench: throughput and memory (see tools/bench.sh; EVENTS=N to change the size).
+## bench: throughput, memory and latency vs a hand-written baseline (tools/bench.py; EVENTS=N, ARGS=--quick).
 bench: release
-	tools/bench.sh
+	tools/bench.sh $(ARGS)
 
 clean:
 	rm -rf .build .demo .bench

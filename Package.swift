@@ -54,6 +54,8 @@ let package = Package(
             ],
             path: "tools/idrecon-gen"
         ),
+        // Benchmark helper: the storage module's raw append limit.
+        .executableTarget(name: "idrecon-bench", dependencies: ["IdreconStore", "IdreconIngest"], path: "tools/idrecon-bench"),
         .testTarget(name: "IdreconDomainTests", dependencies: ["IdreconDomain"]),
         .testTarget(
             name: "IdreconStoreTests",

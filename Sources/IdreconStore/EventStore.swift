@@ -71,8 +71,10 @@ public final class EventStore: Sendable {
         try read { db in try ConsumedPosition.fetchOne(db, key: source) }
     }
 
-    /// Appends or quarantines every record and stores `positions`, all in one transaction.
-    public func append(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(StoreError) -> BatchOutcome {
+    /// Appends or quarantines every record and stores `positions`, all in one transaction,
+    /// with the projection updates (`updateProjections: false` is for benchmarking the
+    /// raw append limit only: it leaves the projections behind the log until a replay).
+    public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         return try write { db in
             var outcome = BatchOutcome()
@@ -141,8 +143,8 @@ public final class EventStore: Sendable {
                     sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                     arguments: [outcome.duplicates])
             }
-            try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
-            if let last = appended.last?.seq {
+            if updateProjections, let last = appended.last?.seq {
+                try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
                 try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
             }
             for position in positions { try position.upsert(db) }

@@ -170,26 +170,37 @@ struct ProjectionUpdater {
         let loadKey = try db.cachedStatement(sql: "SELECT asids, ambiguous FROM \(t.linkKeys) WHERE key = ?")
         let saveKey = try db.cachedStatement(sql: "INSERT OR REPLACE INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
 
-        var dirty: Set<String> = []
+        // Batch-level folding first: one read and at most one write per ASID and per link.
+        var firstLogins: [String: EventKey] = [:]
+        var links: [String: [String: EventKey]] = [:]
         for fact in facts where fact.type == .login {
             guard let asid = fact.asid else { continue }
+            if firstLogins[asid].map({ fact.key < $0 }) ?? true { firstLogins[asid] = fact.key }
+            for key in [fact.linkEmail, fact.linkTFB].compactMap({ $0 }) where links[asid, default: [:]][key].map({ fact.key < $0 }) ?? true {
+                links[asid, default: [:]][key] = fact.key
+            }
+        }
+        var dirty: Set<String> = []
+        for (asid, first) in firstLogins.sorted(by: { $0.key < $1.key }) {
             if let row = try Row.fetchOne(loadMember, arguments: [asid]) {
-                if fact.key < EventKey(at: row[0], eventID: row[1]) {
-                    try moveFirstLogin.execute(arguments: [fact.key.at, fact.key.eventID, asid])
+                if first < EventKey(at: row[0], eventID: row[1]) {
+                    try moveFirstLogin.execute(arguments: [first.at, first.eventID, asid])
                     dirty.insert(asid)
                 }
             } else {
-                try insertMember.execute(arguments: [asid, fact.key.at, fact.key.eventID, "u:" + asid])
+                try insertMember.execute(arguments: [asid, first.at, first.eventID, "u:" + asid])
                 dirty.insert(asid)
             }
-            for key in [fact.linkEmail, fact.linkTFB].compactMap({ $0 }) {
+        }
+        for (asid, keys) in links.sorted(by: { $0.key < $1.key }) {
+            for (key, first) in keys.sorted(by: { $0.key < $1.key }) {
                 if let row = try Row.fetchOne(loadLink, arguments: [asid, key]) {
-                    if fact.key < EventKey(at: row[0], eventID: row[1]) {
-                        try moveLink.execute(arguments: [fact.key.at, fact.key.eventID, asid, key])
+                    if first < EventKey(at: row[0], eventID: row[1]) {
+                        try moveLink.execute(arguments: [first.at, first.eventID, asid, key])
                     }
                     continue
                 }
-                try insertLink.execute(arguments: [asid, key, fact.key.at, fact.key.eventID])
+                try insertLink.execute(arguments: [asid, key, first.at, first.eventID])
                 let stored = try Row.fetchOne(loadKey, arguments: [key])
                 let count = (stored?["asids"] as Int? ?? 0) + 1
                 let before = stored.flatMap { KeyAmbiguity(rawValue: $0["ambiguous"]) }
@@ -245,9 +256,17 @@ struct ProjectionUpdater {
             ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
             WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
             """)
+        var mentions: [String: EventKey] = [:]
+        var byASID: [String: [ProjectionFact]] = [:]
         for fact in facts where fact.type == .login {
             guard let asid = fact.asid, fact.friends != nil || fact.declinesFriends else { continue }
-            for friend in fact.friends ?? [] { try mention.execute(arguments: [friend, fact.key.at, fact.key.eventID]) }
+            byASID[asid, default: []].append(fact)
+            for friend in fact.friends ?? [] where mentions[friend].map({ fact.key < $0 }) ?? true { mentions[friend] = fact.key }
+        }
+        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) {
+            try mention.execute(arguments: [friend, first.at, first.eventID])
+        }
+        for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
             var snapshot = FriendSnapshot()
             if let row = try Row.fetchOne(load, arguments: [asid]) {
                 snapshot = FriendSnapshot(
@@ -256,14 +275,18 @@ struct ProjectionUpdater {
                     declinedAt: (row["declined_at"] as Int64?).map { EventKey(at: $0, eventID: row["declined_event"]) })
             }
             let before = snapshot.effective
-            guard snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) else { continue }
+            var changed = false
+            for fact in list {
+                changed = snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) || changed
+            }
+            guard changed else { continue }
             try save.execute(arguments: [
                 asid, snapshot.listedAt?.at, snapshot.listedAt?.eventID, snapshot.friends.joined(separator: ","),
                 snapshot.declinedAt?.at, snapshot.declinedAt?.eventID,
             ])
             let after = snapshot.effective
-            for friend in before.subtracting(after) { try setEdge(from: asid, to: friend, on: false) }
-            for friend in after.subtracting(before) { try setEdge(from: asid, to: friend, on: true) }
+            for friend in before.subtracting(after).sorted() { try setEdge(from: asid, to: friend, on: false) }
+            for friend in after.subtracting(before).sorted() { try setEdge(from: asid, to: friend, on: true) }
         }
     }
 

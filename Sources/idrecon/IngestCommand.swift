@@ -22,7 +22,7 @@ struct IngestCommand: AsyncParsableCommand {
     var file: String
 
     @Option(help: "Records per transaction.")
-    var batchSize = 4000
+    var batchSize = 8000
 
     func validate() throws {
         guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }

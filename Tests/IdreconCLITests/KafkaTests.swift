@@ -29,13 +29,13 @@ func produce(_ lines: [[UInt8]], to cluster: MockCluster, topic: String) throws 
     try producer.flush()
 }
 
-func startConsumer(_ cluster: MockCluster, topic: String, db: String, extra: [String] = []) throws -> Process {
+func startConsumer(_ cluster: MockCluster, topic: String, db: String, exitAtEnd: Bool = true, extra: [String] = []) throws -> Process {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
     process.arguments = ["consume", "--brokers", cluster.bootstrap, "--topic", topic, "--group", "g", "--db", db,
-                         "--exit-at-end", "--batch-size", "500", "--log-level", "warning",
+                         "--batch-size", "500", "--log-level", "warning",
                          // The mock coordinator waits out a dead member's session: keep it short.
-                         "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"] + extra
+                         "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"] + (exitAtEnd ? ["--exit-at-end"] : []) + extra
     process.standardOutput = FileHandle.nullDevice
     process.standardError = FileHandle.nullDevice
     try process.run()
@@ -145,6 +145,33 @@ struct Outcome: Equatable {
         #expect(wait(second) == 0)
         // Whatever the faults left unconsumed, a last run finishes; nothing is lost or doubled.
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        #expect(try Outcome(db: db) == reference(s))
+    }
+
+    /// Two consumers on one database and group split the partitions; when one dies the
+    /// other takes over from the stored offsets; SIGTERM commits, leaves and exits 0.
+    @Test func survivorTakesOverAndSigtermExitsCleanly() throws {
+        let s = Scratch()
+        let cluster = try MockCluster()
+        try cluster.createTopic("t", partitions: 6)
+        try produce(lines, to: cluster, topic: "t")
+        let db = s.path("k.sqlite")
+        func stored() -> Int64 { (try? EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position }) ?? 0 }
+        func sources() -> Int { (try? EventStore(path: db, readOnly: true).positions().count) ?? 0 }
+        let a = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false, extra: ["--batch-size", "200"])
+        let b = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false, extra: ["--batch-size", "200"])
+        // Both must be working before one dies.
+        var deadline = Date().addingTimeInterval(60)
+        while sources() < 6, Date() < deadline { usleep(20_000) }
+        #expect(stored() < Int64(lines.count), "consumed everything before the kill; the test needs a larger stream")
+        kill(a.processIdentifier, SIGKILL)
+        a.waitUntilExit()
+        // The survivor takes over a's partitions (after the dead member's session times out).
+        deadline = Date().addingTimeInterval(90)
+        while stored() < Int64(lines.count), Date() < deadline { usleep(50_000) }
+        #expect(stored() == Int64(lines.count))
+        kill(b.processIdentifier, SIGTERM)
+        #expect(wait(b, seconds: 30) == 0)
         #expect(try Outcome(db: db) == reference(s))
     }
 

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""make bench: one machine, one run, the same generated events for every contender.
+
+Usage: tools/bench.py [--events N] [--quick]
+Prints a table and writes .bench/results.json. Needs release builds of idrecon,
+idrecon-gen and idrecon-bench (the Makefile's bench target builds them)."""
+import argparse, json, math, os, platform, re, signal, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, ".build", "release")
+OUT = os.path.join(ROOT, ".bench")
+
+
+def timed(name, cmd, **kw):
+    """Runs cmd under /usr/bin/time; returns (wall seconds, peak RSS MB, stdout)."""
+    tfile = os.path.join(OUT, name + ".time")
+    start = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tfile] + cmd, capture_output=True, text=True, **kw)
+    wall = time.monotonic() - start
+    if p.returncode != 0:
+        sys.exit(f"{name} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    rss = int(open(tfile).read().split()[-1]) / 1024
+    return wall, rss, p.stdout, p.stderr
+
+
+def idrecon(*args):
+    return subprocess.run([os.path.join(BIN, "idrecon"), *args], capture_output=True, text=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true", help="100k events smoke run")
+    a = ap.parse_args()
+    n = 100_000 if a.quick else a.events
+    os.makedirs(OUT, exist_ok=True)
+    events = os.path.join(OUT, f"events-{n}.jsonl")
+    if not os.path.exists(events) or os.path.getsize(events) == 0:
+        print(f"generating {n} events into {events} (cached)", file=sys.stderr)
+        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", str(n), "--seed", "1", "--output", events,
+                        "--manifest", os.path.join(OUT, f"manifest-{n}.json")], check=True)
+    lines = sum(1 for _ in open(events, "rb"))
+    for f in os.listdir(OUT):
+        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm")):
+            os.remove(os.path.join(OUT, f))
+    db = lambda name: os.path.join(OUT, name + ".sqlite")
+    r = {"events": n, "lines": lines, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
+
+    print("baseline (Python json + sqlite3) ...", file=sys.stderr)
+    wall, rss, _, _ = timed("baseline", ["python3", os.path.join(ROOT, "tools", "baseline_ingest.py"), events, db("baseline")])
+    r["baseline_eps"], r["baseline_rss_mb"] = lines / wall, rss
+
+    print("raw append (storage module, projections off) ...", file=sys.stderr)
+    _, rss, out, _ = timed("raw", [os.path.join(BIN, "idrecon-bench"), "raw-append", events, db("raw")])
+    raw = json.loads(out)
+    r["raw_append_eps"], r["raw_append_rss_mb"] = lines / raw["seconds"], rss
+
+    print("idrecon ingest (projections on) ...", file=sys.stderr)
+    wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"])
+    r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
+    r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
+
+    print("idrecon consume from the embedded cluster, produced concurrently ...", file=sys.stderr)
+    partitions = max(16, math.ceil(lines / 8000))
+    broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", str(partitions)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    bootstrap = broker.stdout.readline().strip()
+    consumer = subprocess.Popen([os.path.join(BIN, "idrecon"), "consume",
+                                 "--brokers", bootstrap, "--topic", "login-events", "--db", db("consume"),
+                                 "-X", "session.timeout.ms=6000", "--log-level", "warning"],
+                                stderr=subprocess.DEVNULL)
+    producer = subprocess.Popen([os.path.join(BIN, "idrecon"), "produce", events, "--brokers", bootstrap],
+                                stderr=subprocess.DEVNULL)
+    started = None
+    while True:
+        s = idrecon("stats", "--db", db("consume"), "--format", "csv").stdout
+        done = sum(int(line.rsplit(",", 1)[1]) for line in s.splitlines() if line.startswith("position.kafka:"))
+        if done > 0 and started is None:
+            started = time.monotonic()
+        if done >= lines:
+            break
+        time.sleep(0.05)
+    r["consume_eps"] = lines / (time.monotonic() - started)
+    # Peak RSS of the consumer itself (VmHWM), read before it is stopped.
+    hwm = re.search(r"VmHWM:\s+(\d+) kB", open(f"/proc/{consumer.pid}/status").read())
+    r["consume_rss_mb"] = int(hwm.group(1)) / 1024
+    producer.wait()
+    consumer.send_signal(signal.SIGTERM)
+    if consumer.wait() != 0:
+        sys.exit("consume did not exit 0 on SIGTERM")
+    broker.send_signal(signal.SIGTERM)
+    broker.wait()
+
+    print("idrecon replay ...", file=sys.stderr)
+    wall, rss, _, err = timed("replay", [os.path.join(BIN, "idrecon"), "replay", "--db", db("ingest"), "--format", "json"])
+    m = re.search(r"(\d+) events in ([\d.]+) s", err)
+    r["replay_eps"], r["replay_rss_mb"] = int(m.group(1)) / float(m.group(2)), rss
+
+    print("query latency (whole command, median of 20) ...", file=sys.stderr)
+    ident = next(l for l in idrecon("export", "identities", "--db", db("ingest")).stdout.splitlines()
+                 if len(json.loads(l)["asids"]) >= 2)
+    asid_a, asid_b = json.loads(ident)["asids"][:2]
+    limited = next(json.loads(l)["asid"] for l in idrecon("export", "access", "--db", db("ingest")).stdout.splitlines()
+                   if "forbidden_limited" in l)
+    queries = {
+        "user": ["user", asid_a, "--format", "json"],
+        "access_as_of": ["access", limited, asid_a, "--as-of", "2026-11-05T12:00:00Z", "--format", "json"],
+        "explain": ["explain", asid_a, asid_b, "--format", "json"],
+    }
+    for name, args in queries.items():
+        samples = []
+        for _ in range(20):
+            t = time.monotonic()
+            p = subprocess.run([os.path.join(BIN, "idrecon"), *args, "--db", db("ingest")], capture_output=True)
+            samples.append((time.monotonic() - t) * 1000)
+            if p.returncode not in (0, 1):
+                sys.exit(f"{name} failed: {p.stderr.decode()}")
+        r[f"{name}_ms"] = statistics.median(samples)
+
+    r["ingest_over_baseline"] = r["ingest_eps"] / r["baseline_eps"]
+    r["ingest_over_raw_append"] = r["ingest_eps"] / r["raw_append_eps"]
+    r["consume_over_ingest"] = r["consume_eps"] / r["ingest_eps"]
+    json.dump(r, open(os.path.join(OUT, "results.json"), "w"), indent=2)
+
+    rows = [
+        ("baseline: Python json+sqlite3, batched", f"{r['baseline_eps']:,.0f} ev/s", f"{r['baseline_rss_mb']:.0f} MB"),
+        ("raw append (storage, projections off)", f"{r['raw_append_eps']:,.0f} ev/s", f"{r['raw_append_rss_mb']:.0f} MB"),
+        ("idrecon ingest (projections on)", f"{r['ingest_eps']:,.0f} ev/s", f"{r['ingest_rss_mb']:.0f} MB"),
+        ("idrecon consume (embedded cluster)", f"{r['consume_eps']:,.0f} ev/s", f"{r['consume_rss_mb']:.0f} MB"),
+        ("idrecon replay", f"{r['replay_eps']:,.0f} ev/s", f"{r['replay_rss_mb']:.0f} MB"),
+        ("user (median of 20)", f"{r['user_ms']:.1f} ms", ""),
+        ("access --as-of (median of 20)", f"{r['access_as_of_ms']:.1f} ms", ""),
+        ("explain (median of 20)", f"{r['explain_ms']:.1f} ms", ""),
+        ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
+        ("ingest / baseline", f"{r['ingest_over_baseline']:.2f}x", ""),
+        ("ingest / raw append", f"{r['ingest_over_raw_append']:.2f}x", ""),
+        ("consume / ingest", f"{r['consume_over_ingest']:.2f}x", ""),
+    ]
+    print(f"\n{n:,} events ({lines:,} lines) on {r['machine']}")
+    print(f"| {'measure':<40} | {'value':>16} | {'peak RSS':>8} |\n|{'-'*42}|{'-'*18}|{'-'*10}|")
+    for name, value, rss in rows:
+        print(f"| {name:<40} | {value:>16} | {rss:>8} |")
+
+
+if __name__ == "__main__":
+    main()

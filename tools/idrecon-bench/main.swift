@@ -1,0 +1,57 @@
+import Foundation
+import IdreconIngest
+import IdreconStore
+
+/// `idrecon-bench raw-append FILE DB`: the storage module's raw append limit. Lines are
+/// read and validated outside the clock; only `EventStore.append` (projections off) is
+/// timed. Prints `{"events": N, "seconds": S}`.
+let arguments = CommandLine.arguments
+guard arguments.count == 4, arguments[1] == "raw-append" else {
+    FileHandle.standardError.write(Data("usage: idrecon-bench raw-append FILE DB\n".utf8))
+    exit(2)
+}
+guard let handle = FileHandle(forReadingAtPath: arguments[2]) else {
+    FileHandle.standardError.write(Data("cannot read \(arguments[2])\n".utf8))
+    exit(2)
+}
+let store: EventStore
+do { store = try EventStore(path: arguments[3]) } catch {
+    FileHandle.standardError.write(Data("\(error)\n".utf8))
+    exit(2)
+}
+var timed: Duration = .zero
+var appended = 0
+var lineNumber: Int64 = 0
+var buffer: [UInt8] = []
+var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
+let clock = ContinuousClock()
+
+@MainActor func flush() {
+    let records = BatchValidator.validate(pending)
+    pending.removeAll(keepingCapacity: true)
+    let start = clock.now
+    do {
+        appended += try store.append(records, positions: [], updateProjections: false).appended
+    } catch {
+        FileHandle.standardError.write(Data("\(error)\n".utf8))
+        exit(1)
+    }
+    timed += clock.now - start
+}
+
+while true {
+    let chunk = handle.readData(ofLength: 1 << 20)
+    if chunk.isEmpty { break }
+    buffer.append(contentsOf: chunk)
+    var start = 0
+    while let newline = buffer[start...].firstIndex(of: 0x0A) {
+        lineNumber += 1
+        pending.append((Array(buffer[start..<newline]), RecordOrigin(source: "bench", position: lineNumber)))
+        start = newline + 1
+        if pending.count == 4000 { flush() }
+    }
+    buffer.removeSubrange(..<start)
+}
+if !pending.isEmpty { flush() }
+let seconds = Double(timed.components.seconds) + Double(timed.components.attoseconds) / 1e18
+print("{\"events\": \(appended), \"seconds\": \(seconds)}")
