@@ -29,11 +29,13 @@ struct FormatOptions: ParsableArguments {
 enum Cell {
     case text(String?)
     case int(Int64?)
+    case json(JSONValue)
 
     var plain: String {
         switch self {
         case let .text(s): return s ?? ""
         case let .int(i): return i.map(String.init) ?? ""
+        case let .json(v): return v == .null ? "" : CanonicalJSON.encode(v)
         }
     }
 
@@ -41,6 +43,7 @@ enum Cell {
         switch self {
         case let .text(s): return s.map(JSONValue.string) ?? .null
         case let .int(i): return i.map { .number(String($0)) } ?? .null
+        case let .json(v): return v
         }
     }
 }
@@ -49,11 +52,15 @@ enum Cell {
 struct RowPrinter {
     let format: OutputFormat
     let columns: [String]
+    /// Tables print every 500 rows (widths per chunk) instead of holding every row.
+    let streamingTable: Bool
     private var tableRows: [[String]] = []
+    private var headerPrinted = false
 
-    init(format: OutputFormat, columns: [String]) {
+    init(format: OutputFormat, columns: [String], streamingTable: Bool = false) {
         self.format = format
         self.columns = columns
+        self.streamingTable = streamingTable
         if format == .csv { Self.emit(columns.map(Self.csvField).joined(separator: ",")) }
     }
 
@@ -61,6 +68,7 @@ struct RowPrinter {
         switch format {
         case .table:
             tableRows.append(cells.map(\.plain))
+            if streamingTable, tableRows.count >= 500 { flushTable() }
         case .csv:
             Self.emit(cells.map { Self.csvField($0.plain) }.joined(separator: ","))
         case .json:
@@ -77,8 +85,12 @@ struct RowPrinter {
     }
 
     /// Prints the table (a no-op for streaming formats).
-    func finish() {
-        guard format == .table else { return }
+    mutating func finish() {
+        guard format == .table, !tableRows.isEmpty || !headerPrinted else { return }
+        flushTable()
+    }
+
+    private mutating func flushTable() {
         var widths = columns.map(\.count)
         for row in tableRows {
             for (i, cell) in row.enumerated() { widths[i] = min(max(widths[i], cell.count), 80) }
@@ -89,8 +101,10 @@ struct RowPrinter {
                 return clipped.padding(toLength: width, withPad: " ", startingAt: 0)
             }.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }
-        Self.emit(line(columns.map { $0.uppercased() }))
+        if !headerPrinted { Self.emit(line(columns.map { $0.uppercased() })) }
+        headerPrinted = true
         for row in tableRows { Self.emit(line(row)) }
+        tableRows.removeAll(keepingCapacity: true)
     }
 
     static func csvField(_ s: String) -> String {

@@ -78,3 +78,27 @@ import Testing
         #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
     }
 }
+
+@Suite struct AuditCLITests {
+    @Test func auditExitCodesFormatsAndBadInput() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        let clean = #"{"called_at":"2026-11-01T10:00:00Z","asid":"300","endpoint":"/me"}"# + "\n"
+        #expect(try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db], stdin: clean).status == 0)
+        let bad = clean + #"{"called_at":"2026-11-01T10:00:00Z","asid":"400","endpoint":"/me/friends"}"# + "\n"
+        let r = try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db, "--format", "json"], stdin: bad)
+        #expect(r.status == 1)
+        #expect(r.stdout.contains(#""line":2"#) && r.stdout.contains(#""kind":"limited""#) && r.stdout.contains(#""evidence_event":"b""#))
+        #expect(r.stdout.contains(#""endpoint":"/me/friends""#)) // extra fields kept
+        #expect(r.stderr.contains("2 calls, 1 violations (limited 1)"))
+        let csv = "asid,called_at,endpoint\n400,2026-11-01T10:00:00Z,\"/me, friends\"\n300,2026-11-01T10:00:00Z,/me\n"
+        let c = try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db, "--format", "csv", "--scope", "identity"], stdin: csv)
+        #expect(c.status == 1)
+        #expect(c.stdout.contains("2,2026-11-01T10:00:00.000Z,400,limited") && c.stdout.contains("3,2026-11-01T10:00:00.000Z,300,identity"))
+        let broken = clean + "{\"called_at\":\"yesterday\",\"asid\":\"1\"}\n"
+        let b = try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db], stdin: broken)
+        #expect(b.status == 2 && b.stderr.contains("line 2"))
+        #expect(try run(Binaries.idrecon, ["audit", "calls", s.path("missing"), "--db", db]).status == 2)
+    }
+}
