@@ -17,7 +17,13 @@ let package = Package(
     ],
     targets: [
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
-        .target(name: "IdreconDomain", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        .target(
+            name: "IdreconDomain",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
         // SQLite event log, quarantine and consumed positions (GRDB).
         .target(
             name: "IdreconStore",

@@ -55,6 +55,15 @@ limited=$("$BIN/idrecon" export access --db "$DB" | grep -m1 forbidden_limited |
 say "access: now and at the start of the stream"
 run access "$a" "$b" "$limited" --db "$DB" --format table
 run access "$limited" --as-of 2026-11-01T06:00:00Z --db "$DB" --format table || true
+say "compliance audit: Graph-API calls judged at their own time"
+{
+  echo "{\"called_at\":\"2026-11-01T00:00:00Z\",\"asid\":\"$a\",\"endpoint\":\"/me\"}"
+  echo "{\"called_at\":\"2026-11-02T12:00:00Z\",\"asid\":\"$limited\",\"endpoint\":\"/me/friends\"}"
+  echo "{\"called_at\":\"2026-11-02T12:00:00Z\",\"asid\":\"$b\",\"endpoint\":\"/me\"}"
+} > "$DIR/calls.jsonl"
+cat "$DIR/calls.jsonl"
+run audit calls "$DIR/calls.jsonl" --db "$DB" --scope identity --format table || echo "(exit $?: violations found)"
+
 say "replay --verify: projections rebuilt from the log equal the live ones"
 run replay --verify --db "$DB" --format table
 say "exports (first lines)"

@@ -40,7 +40,22 @@ public final class EventStore: Sendable {
                 let pending = try pool.read { db in try !Schema.migrator.hasCompletedMigrations(db) }
                 if pending { throw StoreError("database \(path) needs a newer schema; run any writing command (e.g. 'idrecon ingest /dev/null') once") }
             } else {
-                try Schema.migrator.migrate(pool)
+                // Two processes opening a new database at once would race on the migrations:
+                // an advisory lock serializes them (the second finds them applied), and a
+                // lock upgrade that SQLite refuses without waiting (SQLITE_BUSY) is retried.
+                let lockFD = open(path, O_RDONLY)
+                if lockFD >= 0 { flock(lockFD, LOCK_EX) }
+                defer { if lockFD >= 0 { flock(lockFD, LOCK_UN); close(lockFD) } }
+                var attempt = 0
+                while true {
+                    do {
+                        try Schema.migrator.migrate(pool)
+                        break
+                    } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && attempt < 100 {
+                        attempt += 1
+                        usleep(useconds_t(50_000 + (attempt % 7) * 13_000))
+                    }
+                }
             }
         } catch let error as StoreError {
             throw error

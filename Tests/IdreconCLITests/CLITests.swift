@@ -82,6 +82,26 @@ final class Scratch {
         #expect(try Data(contentsOf: URL(fileURLWithPath: corrupt)) == Data(repeating: 7, count: 4096), "a corrupt file is never overwritten")
     }
 
+    /// Several processes opening one new database at once (two consumers starting together).
+    @Test func concurrentFirstOpensAllSucceed() throws {
+        for _ in 0..<5 {
+            let s = Scratch()
+            let processes = try (0..<4).map { _ -> Process in
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+                p.arguments = ["ingest", "/dev/null", "--db", s.path("db.sqlite")]
+                p.standardOutput = FileHandle.nullDevice
+                p.standardError = FileHandle.nullDevice
+                try p.run()
+                return p
+            }
+            for p in processes {
+                p.waitUntilExit()
+                #expect(p.terminationStatus == 0)
+            }
+        }
+    }
+
     @Test(.enabled(if: getuid() != 0, "root ignores file permissions"))
     func readOnlyDatabaseIsAClearError() throws {
         let s = Scratch()

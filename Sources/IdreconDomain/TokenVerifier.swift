@@ -1,0 +1,153 @@
+import Crypto
+import Foundation
+import _CryptoExtras
+
+/// Public keys by `kid`, from a JWKS document `{"keys": [{kty, kid, alg, use, n, e}]}`.
+public struct KeySet: Sendable {
+    public var keys: [String: _RSA.Signing.PublicKey]
+
+    public init(keys: [String: _RSA.Signing.PublicKey] = [:]) { self.keys = keys }
+
+    public struct Invalid: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Parses a JWKS document; RSA keys only (others are skipped).
+    public init(jwks data: [UInt8]) throws(Invalid) {
+        guard let doc = try? JSONParser.parse(data), case let .array(entries)? = doc["keys"] else {
+            throw Invalid(description: "not a JWKS document: expected {\"keys\": [...]}")
+        }
+        var keys: [String: _RSA.Signing.PublicKey] = [:]
+        for entry in entries {
+            guard case .string("RSA")? = entry["kty"] else { continue }
+            guard case let .string(kid)? = entry["kid"], !kid.isEmpty, case let .string(n)? = entry["n"], case let .string(e)? = entry["e"],
+                  let modulus = Base64URL.decode(n), let exponent = Base64URL.decode(e)
+            else { throw Invalid(description: "a JWKS key lacks kid, n or e") }
+            do {
+                keys[kid] = try _RSA.Signing.PublicKey(n: modulus, e: exponent)
+            } catch {
+                throw Invalid(description: "JWKS key \(kid) is not a usable RSA key (2048 bits or more)")
+            }
+        }
+        self.keys = keys
+    }
+}
+
+/// Base64url without padding (RFC 7515).
+public enum Base64URL {
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        guard !s.contains("=") || s.hasSuffix("=") else { return nil }
+        while s.count % 4 != 0 { s += "=" }
+        return Data(base64Encoded: s).map { [UInt8]($0) }
+    }
+
+    public static func encode(_ bytes: some Sequence<UInt8>) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+}
+
+/// Verifies Limited Login `id_token`s (SPEC section 1): RS256 with a key chosen by `kid`,
+/// issuer, audience, subject, nonce, and time checks at the time of the login — never the
+/// wall clock, so a nightly replay of old events verifies them as they were.
+public struct TokenVerifier: Sendable {
+    public var keys: KeySet
+    public var issuers: Set<String>
+    /// Allowed clock skew for `iat`, milliseconds.
+    public var skewMillis: Int64
+    /// Quarantine limited logins that carry no `id_token`.
+    public var requireToken: Bool
+
+    public static let defaultIssuers: Set<String> = ["https://www.facebook.com", "https://facebook.com", "https://limited.facebook.com"]
+
+    public init(keys: KeySet, issuers: Set<String> = defaultIssuers, skewMillis: Int64 = 60_000, requireToken: Bool = false) {
+        self.keys = keys
+        self.issuers = issuers
+        self.skewMillis = skewMillis
+        self.requireToken = requireToken
+    }
+
+    /// Why a token fails; the detail names the failed check.
+    public enum Failure: Error, Equatable, Sendable {
+        case missing, malformed(String), algorithm(String), unknownKey(String), signature, issuer(String), audience, subject, nonce
+        case expired, issuedInFuture, claimMismatch(String)
+
+        public var detail: String {
+            switch self {
+            case .missing: return "limited login without id_token (--require-token)"
+            case let .malformed(why): return "malformed token: \(why)"
+            case let .algorithm(alg): return "alg \(alg) is not allowed (RS256 only)"
+            case let .unknownKey(kid): return "unknown kid '\(kid)' (not in the JWKS)"
+            case .signature: return "signature does not verify"
+            case let .issuer(iss): return "iss '\(iss)' is not a Facebook issuer"
+            case .audience: return "aud does not equal app_id"
+            case .subject: return "sub does not equal asid"
+            case .nonce: return "nonce does not equal the event's nonce"
+            case .expired: return "exp is not after occurred_at (expired at login time)"
+            case .issuedInFuture: return "iat is after occurred_at (beyond the allowed skew)"
+            case let .claimMismatch(claim): return "claim '\(claim)' disagrees with the event"
+            }
+        }
+    }
+
+    /// Checks the event's token; nil when it passes (or when there is nothing to check).
+    public func check(_ event: LoginEvent) -> Failure? {
+        guard event.type == .login, event.tracking == .limited else { return nil }
+        guard let token = event.idToken else { return requireToken ? .missing : nil }
+        do { try verify(token, event: event) } catch { return error }
+        return nil
+    }
+
+    func verify(_ token: String, event: LoginEvent) throws(Failure) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { throw .malformed("\(parts.count) parts, expected 3") }
+        guard let headerBytes = Base64URL.decode(parts[0]), let header = try? JSONParser.parse(headerBytes) else {
+            throw .malformed("header is not base64url JSON")
+        }
+        guard let payloadBytes = Base64URL.decode(parts[1]), let claims = try? JSONParser.parse(payloadBytes), case .object = claims else {
+            throw .malformed("payload is not base64url JSON")
+        }
+        guard let signature = Base64URL.decode(parts[2]), !signature.isEmpty else { throw .malformed("signature is not base64url") }
+        guard case let .string(alg)? = header["alg"], alg == "RS256" else {
+            if case let .string(alg)? = header["alg"] { throw .algorithm(alg) }
+            throw .algorithm("(none given)")
+        }
+        guard case let .string(kid)? = header["kid"], !kid.isEmpty else { throw .malformed("header has no kid") }
+        guard let key = keys.keys[kid] else { throw .unknownKey(kid) }
+        let signed = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
+        guard key.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: SHA256.hash(data: signed), padding: .insecurePKCS1v1_5)
+        else { throw .signature }
+
+        guard case let .string(iss)? = claims["iss"], issuers.contains(iss) else {
+            if case let .string(iss)? = claims["iss"] { throw .issuer(iss) }
+            throw .issuer("(none)")
+        }
+        switch claims["aud"] {
+        case let .string(aud)? where aud == event.appID: break
+        case let .array(auds)? where auds.contains(.string(event.appID)): break
+        default: throw .audience
+        }
+        guard case let .string(sub)? = claims["sub"], sub == event.asid else { throw .subject }
+        guard case let .string(nonce)? = claims["nonce"], nonce == event.nonce else { throw .nonce }
+        guard let exp = Self.seconds(claims["exp"]), exp * 1000 > event.occurredAt else { throw .expired }
+        if let iat = Self.seconds(claims["iat"]), iat * 1000 > event.occurredAt + skewMillis { throw .issuedInFuture }
+        if case let .string(email)? = claims["email"], let eventEmail = event.email,
+           LinkKey.normalizedEmail(email) != LinkKey.normalizedEmail(eventEmail) {
+            throw .claimMismatch("email")
+        }
+        if case let .array(friends)? = claims["user_friends"], let eventFriends = event.friendASIDs {
+            let claimed = Set(friends.compactMap { v -> String? in
+                if case let .string(s) = v { return s }
+                if case let .object = v, case let .string(id)? = v["id"] { return id }
+                return nil
+            })
+            if claimed.subtracting([event.asid ?? ""]) != Set(eventFriends) { throw .claimMismatch("user_friends") }
+        }
+    }
+
+    static func seconds(_ value: JSONValue?) -> Int64? {
+        guard case let .number(n)? = value else { return nil }
+        return Int64(n) ?? Double(n).map { Int64($0) }
+    }
+}
