@@ -30,7 +30,10 @@ let package = Package(
             dependencies: ["IdreconDomain", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         // Reading sources (JSON lines files) in batches into the store.
-        .target(name: "IdreconIngest", dependencies: ["IdreconDomain", "IdreconStore"]),
+        .target(
+            name: "IdreconIngest",
+            dependencies: ["IdreconDomain", "IdreconStore", .product(name: "_CryptoExtras", package: "swift-crypto")]
+        ),
         // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only.
         .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
         // Thin Kafka layer: consumer with offsets in SQLite, producer, embedded mock cluster.
@@ -62,12 +65,20 @@ let package = Package(
         ),
         // Benchmark helper: the storage module's raw append limit.
         .executableTarget(name: "idrecon-bench", dependencies: ["IdreconStore", "IdreconIngest"], path: "tools/idrecon-bench"),
-        .testTarget(name: "IdreconDomainTests", dependencies: ["IdreconDomain"]),
+        .testTarget(
+            name: "IdreconDomainTests",
+            dependencies: [
+                "IdreconDomain",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
         .testTarget(
             name: "IdreconStoreTests",
             dependencies: [
                 "IdreconStore", "IdreconIngest", "EventGenerator",
                 .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
         .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "IdreconKafka", "EventGenerator"]),

@@ -52,7 +52,8 @@ public enum Base64URL {
 /// issuer, audience, subject, nonce, and time checks at the time of the login — never the
 /// wall clock, so a nightly replay of old events verifies them as they were.
 public struct TokenVerifier: Sendable {
-    public var keys: KeySet
+    /// The public key for a `kid`, or nil (a caller may re-read its key file here).
+    public var key: @Sendable (String) -> _RSA.Signing.PublicKey?
     public var issuers: Set<String>
     /// Allowed clock skew for `iat`, milliseconds.
     public var skewMillis: Int64
@@ -62,7 +63,12 @@ public struct TokenVerifier: Sendable {
     public static let defaultIssuers: Set<String> = ["https://www.facebook.com", "https://facebook.com", "https://limited.facebook.com"]
 
     public init(keys: KeySet, issuers: Set<String> = defaultIssuers, skewMillis: Int64 = 60_000, requireToken: Bool = false) {
-        self.keys = keys
+        self.init(key: { keys.keys[$0] }, issuers: issuers, skewMillis: skewMillis, requireToken: requireToken)
+    }
+
+    public init(key: @escaping @Sendable (String) -> _RSA.Signing.PublicKey?, issuers: Set<String> = defaultIssuers,
+                skewMillis: Int64 = 60_000, requireToken: Bool = false) {
+        self.key = key
         self.issuers = issuers
         self.skewMillis = skewMillis
         self.requireToken = requireToken
@@ -114,7 +120,7 @@ public struct TokenVerifier: Sendable {
             throw .algorithm("(none given)")
         }
         guard case let .string(kid)? = header["kid"], !kid.isEmpty else { throw .malformed("header has no kid") }
-        guard let key = keys.keys[kid] else { throw .unknownKey(kid) }
+        guard let key = key(kid) else { throw .unknownKey(kid) }
         let signed = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
         guard key.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: SHA256.hash(data: signed), padding: .insecurePKCS1v1_5)
         else { throw .signature }

@@ -35,10 +35,13 @@ public struct IngestProgress: Sendable {
 public struct FileIngestor: Sendable {
     public var store: EventStore
     public var batchSize: Int
+    /// Verifies `id_token`s of limited logins when set (`--jwks`).
+    public var tokens: TokenVerifier?
 
-    public init(store: EventStore, batchSize: Int = 4000) {
+    public init(store: EventStore, batchSize: Int = 8000, tokens: TokenVerifier? = nil) {
         self.store = store
         self.batchSize = batchSize
+        self.tokens = tokens
     }
 
     /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe).
@@ -87,7 +90,7 @@ public struct FileIngestor: Sendable {
         var lastOffset = startOffset
 
         func flush() throws(IngestError) {
-            let records = BatchValidator.validate(pending)
+            let records = BatchValidator.validate(pending, tokens: tokens)
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
             try writer.submit(records, positions: position)
             pending.removeAll(keepingCapacity: true)
@@ -131,14 +134,18 @@ public struct FileIngestor: Sendable {
 public enum BatchValidator {
     static let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
-    public static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)]) -> [IncomingRecord] {
+    public static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil) -> [IncomingRecord] {
         let chunks = max(1, min(pending.count / 256, cores * 2))
         return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
             nonisolated(unsafe) let out = buffer
             DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
                 let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
                 for i in lower..<upper {
-                    (out.baseAddress! + i).initialize(to: IncomingRecord(raw: pending[i].raw, origin: pending[i].origin))
+                    var record = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin)
+                    if let tokens, case let .success(event) = record.validation, let failure = tokens.check(event) {
+                        record.validation = .failure(Rejection(.tokenInvalid, failure.detail))
+                    }
+                    (out.baseAddress! + i).initialize(to: record)
                 }
             }
             initialized = pending.count

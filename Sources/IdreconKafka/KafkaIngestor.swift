@@ -17,6 +17,8 @@ public struct ConsumeOptions: Sendable {
     public var exitAtEnd = false
     /// Also commit offsets to Kafka after each SQLite commit (for lag monitoring only).
     public var commitToKafka = true
+    /// Verifies `id_token`s of limited logins when set (`--jwks`).
+    public var tokens: TokenVerifier?
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -148,7 +150,7 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// Commits the open batch: events, quarantine, projections and offsets in one transaction.
     private func flush() throws {
         guard !pending.isEmpty else { return }
-        var records = BatchValidator.validate(pending.filter { !$0.raw.isEmpty })
+        var records = BatchValidator.validate(pending.filter { !$0.raw.isEmpty }, tokens: options.tokens)
         // Null values never reach the validator: they are their own quarantine case.
         if records.count != pending.count {
             var merged: [IncomingRecord] = []

@@ -106,13 +106,19 @@ public final class EventStore: Sendable {
                 INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
+            let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
+            let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
             func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?) throws {
+                outcome.quarantined[rejection.code, default: 0] += 1
+                if let id = record.quarantineID {
+                    try requarantine.execute(arguments: [rejection.code.rawValue, rejection.message, id])
+                    return
+                }
                 try insertQuarantine.execute(arguments: [
                     record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
                     record.origin.key.map { Data($0) }, Data(record.raw), rejection.code.rawValue, rejection.message,
                     eventID, now,
                 ])
-                outcome.quarantined[rejection.code, default: 0] += 1
             }
             var appended: [ProjectionFact] = []
             var sourceIDs: [String: Int64] = [:]
@@ -139,9 +145,14 @@ public final class EventStore: Sendable {
                     columns.deviceKey, columns.asidKey, columns.linkEmail, columns.linkTFB, columns.friends,
                     columns.declinesFriends ? 1 : 0, try sourceID(record.origin.source), record.origin.position,
                 ])
-                if db.changesCount == 1 {
+                let inserted = db.changesCount == 1
+                let seq = db.lastInsertedRowID
+                if let id = record.quarantineID, try inserted || String.fetchOne(findEvent, arguments: [event.eventID]) == event.canonicalPayload {
+                    try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
+                }
+                if inserted {
                     outcome.appended += 1
-                    appended.append(ProjectionFact(seq: db.lastInsertedRowID, event: event, columns: columns))
+                    appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
                 } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
                     if existing == event.canonicalPayload {
                         outcome.duplicates += 1

@@ -78,3 +78,30 @@ extension EventStore {
         }
     }
 }
+
+extension EventStore {
+    /// Re-validates quarantined records (oldest first, optionally of one code) with
+    /// `validate`, appending those that now pass in their original order and updating the
+    /// reason of those that still fail. Returns what the retry did.
+    public func retryQuarantine(
+        code: ReasonCode? = nil, batchSize: Int = 2000, validate: ([UInt8]) -> Result<LoginEvent, Rejection>
+    ) throws(StoreError) -> BatchOutcome {
+        var total = BatchOutcome()
+        var after: Int64 = 0
+        while true {
+            let page = try quarantineEntries(code: code, limit: batchSize, afterID: after)
+            guard let last = page.last else { break }
+            after = last.id
+            let records = page.map { entry in
+                var record = IncomingRecord(
+                    raw: entry.raw, origin: RecordOrigin(source: entry.source, position: entry.position, partition: entry.partition, key: entry.recordKey),
+                    rejection: Rejection(.malformedJSON, ""))
+                record.validation = entry.raw.isEmpty ? .failure(Rejection(.malformedJSON, "the record value is null or empty")) : validate(entry.raw)
+                record.quarantineID = entry.id
+                return record
+            }
+            total.add(try append(records, positions: []))
+        }
+        return total
+    }
+}

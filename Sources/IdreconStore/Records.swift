@@ -22,6 +22,8 @@ public struct IncomingRecord: Sendable {
     public var raw: [UInt8]
     public var origin: RecordOrigin
     public var validation: Result<LoginEvent, Rejection>
+    /// Set when this record is a quarantine entry being retried.
+    public var quarantineID: Int64?
 
     public init(raw: [UInt8], origin: RecordOrigin) {
         self.raw = raw

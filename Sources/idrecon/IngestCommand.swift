@@ -17,6 +17,7 @@ struct IngestCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
+    @OptionGroup var tokens: TokenOptions
 
     @Argument(help: ArgumentHelp("JSON-lines file, or - for standard input.", valueName: "file"))
     var file: String
@@ -34,7 +35,7 @@ struct IngestCommand: AsyncParsableCommand {
         }
         let store: EventStore
         do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
-        let ingestor = FileIngestor(store: store, batchSize: batchSize)
+        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier())
         var progress = ProgressLine()
         let started = Date()
         let summary: IngestSummary

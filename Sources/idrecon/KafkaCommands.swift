@@ -62,6 +62,7 @@ struct ConsumeCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var logging: LoggingOptions
+    @OptionGroup var tokens: TokenOptions
     @Option(help: "Kafka bootstrap servers (host:port,…); not needed with --embedded.") var brokers: String?
     @Option(help: "Topic to consume.") var topic = "login-events"
     @Option(help: "Consumer group.") var group = "idrecon"
@@ -109,6 +110,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.batchSize = batchSize
         options.batchMilliseconds = batchMs
         options.exitAtEnd = exitAtEnd
+        options.tokens = try tokens.verifier()
         StopSignal.install()
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
         var progress = ProgressLine()

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import IdreconDomain
+import IdreconIngest
 
 /// Output format of query commands.
 enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
@@ -140,5 +141,31 @@ struct ProgressLine {
 
     func done() {
         if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+}
+
+/// `--jwks`, `--require-token` and the token checks' settings (ingest, consume).
+struct TokenOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Verify every id_token of limited logins with this JWKS file (re-read on an unknown kid).", valueName: "file"))
+    var jwks: String?
+    @Flag(help: "Quarantine limited logins without an id_token (token_invalid).")
+    var requireToken = false
+    @Option(name: .customLong("issuer"), help: "Accepted token issuer (repeatable; default the Facebook issuers).")
+    var issuers: [String] = []
+    @Option(help: "Allowed clock skew for iat, seconds.")
+    var tokenSkew = 60
+
+    func validate() throws {
+        if requireToken, jwks == nil { throw ValidationError("--require-token needs --jwks") }
+        guard tokenSkew >= 0 else { throw ValidationError("--token-skew must be 0 or more") }
+    }
+
+    func verifier() throws -> TokenVerifier? {
+        guard let jwks else { return nil }
+        let file: JWKSFile
+        do { file = try JWKSFile(path: jwks) } catch { throw CLIError(error.description) }
+        return TokenVerifier(
+            key: { file.key($0) }, issuers: issuers.isEmpty ? TokenVerifier.defaultIssuers : Set(issuers),
+            skewMillis: Int64(tokenSkew) * 1000, requireToken: requireToken)
     }
 }

@@ -7,7 +7,7 @@ struct QuarantineCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quarantine",
         abstract: "Inspect records that were not appended, with their reason codes.",
-        subcommands: [List.self, Show.self]
+        subcommands: [List.self, Show.self, Retry.self]
     )
 
     struct List: AsyncParsableCommand {
@@ -46,6 +46,45 @@ struct QuarantineCommand: AsyncParsableCommand {
                 after = page.last!.id
                 remaining -= page.count
             }
+            printer.finish()
+        }
+    }
+
+    struct Retry: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Re-validate quarantined records (e.g. after a JWKS update) and append those that now pass, in their original order.")
+
+        @OptionGroup var global: GlobalOptions
+        @OptionGroup var output: FormatOptions
+        @OptionGroup var tokens: TokenOptions
+
+        @Option(help: "Only entries with this reason code.")
+        var code: String?
+
+        func validate() throws {
+            if let code, ReasonCode(rawValue: code) == nil {
+                throw ValidationError("unknown reason code '\(code)'; one of: \(ReasonCode.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+
+        func run() async throws {
+            let store: EventStore
+            do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+            let verifier = try tokens.verifier()
+            let outcome = try storeCall { () throws(StoreError) in
+                try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
+                    let result = EventValidator.validate(raw)
+                    if let verifier, case let .success(event) = result, let failure = verifier.check(event) {
+                        return .failure(Rejection(.tokenInvalid, failure.detail))
+                    }
+                    return result
+                }
+            }
+            var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
+            printer.row([.text("appended"), .int(Int64(outcome.appended))])
+            printer.row([.text("already_logged"), .int(Int64(outcome.duplicates))])
+            printer.row([.text("still_quarantined"), .int(Int64(outcome.quarantinedTotal))])
+            for (c, n) in outcome.quarantined.sorted(by: { $0.key < $1.key }) { printer.row([.text("still_quarantined.\(c.rawValue)"), .int(Int64(n))]) }
             printer.finish()
         }
     }
