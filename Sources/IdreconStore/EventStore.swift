@@ -154,7 +154,11 @@ public final class EventStore: Sendable {
                     outcome.appended += 1
                     appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
                 } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
-                    if existing == event.canonicalPayload {
+                    // A re-delivered event of a forgotten ASID matches its scrubbed form.
+                    let scrubbedMatch = { () throws -> Bool in
+                        try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0 == existing
+                    }
+                    if try existing == event.canonicalPayload || scrubbedMatch() {
                         outcome.duplicates += 1
                     } else {
                         try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)

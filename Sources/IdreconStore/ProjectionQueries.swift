@@ -192,3 +192,15 @@ extension EventStore {
         }
     }
 }
+
+extension EventStore {
+    /// The link-key edges of these ASIDs, with the event that first made each link.
+    public func keyLinks(of asids: [String]) throws(StoreError) -> [(asid: String, key: String, event: String)] {
+        try read { db in
+            try asids.sorted().flatMap { asid in
+                try Row.fetchAll(db, sql: "SELECT key, first_event FROM asid_keys WHERE asid = ? ORDER BY key", arguments: [asid])
+                    .map { (asid, $0["key"] as String, $0["first_event"] as String) }
+            }
+        }
+    }
+}

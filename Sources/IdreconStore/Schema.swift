@@ -81,6 +81,16 @@ enum Schema {
             try ProjectionTables(generation: 1).create(db)
             try ProjectionTables(generation: 1).publish(db)
         }
+        migrator.registerMigration("v3-forget-tombstones") { db in
+            try db.execute(sql: """
+                CREATE TABLE forgotten (
+                    asid         TEXT PRIMARY KEY,
+                    forgotten_at INTEGER NOT NULL,
+                    events       INTEGER NOT NULL CHECK (events >= 0),
+                    quarantined  INTEGER NOT NULL CHECK (quarantined >= 0)
+                ) STRICT;
+                """)
+        }
         return migrator
     }
 }

@@ -1,0 +1,64 @@
+import Foundation
+import IdreconDomain
+import IdreconIngest
+@testable import IdreconStore
+import Testing
+
+@Suite struct ForgetTests {
+    @Test func forgetErasesEveryByteAndKeepsReplayConsistent() throws {
+        var s = try Stream()
+        let original = Stream.login("a", day: 1, app: "1", device: "P", asid: "300",
+                                    extra: ["email": "Zed@Forget.ME", "token_for_business": "T"])
+        try s.ingest([
+            original,
+            Stream.login("b", day: 2, app: "1", device: "Q", asid: "301", extra: ["email": " zed@forget.me "]),
+            Stream.login("c", day: 2, app: "2", device: "R", asid: "400", limited: true,
+                         extra: ["id_token": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzMDAifQ.c2ln", "nonce": "n-c"]),
+            Stream.login("d", day: 3, app: "1", device: "S", asid: "500", extra: ["token_for_business": "T", "friend_asids": ["300"]]),
+            Stream.login("e", day: 4, app: "1", device: "P", asid: "300", limited: true, extra: ["email": "zed@forget.me"]),
+        ])
+        // A conflicting re-send of 300's event lands in quarantine with the e-mail in it.
+        _ = try FileIngestor(store: s.store).ingest(path: s.dir.write("conflict.jsonl", [
+            Stream.login("a", day: 1, app: "1", device: "Other", asid: "300", extra: ["email": "Zed@Forget.ME"]),
+        ]))
+        #expect(try s.store.quarantineEntries().count == 1)
+        #expect(try s.store.userID(asid: "500") == "u:300")
+        #expect(try s.store.userID(asid: "301") == "u:300")
+
+        let report = try s.store.forget("300")
+        #expect(report.events == 3 && report.quarantined == 1) // 300's two logins and 301's login with the same address
+        #expect(report.replay.swapped)
+
+        // No byte of the e-mail (any case) remains in the database files.
+        for suffix in ["", "-wal"] {
+            let bytes = (try? Data(contentsOf: URL(fileURLWithPath: s.dir.path("db.sqlite") + suffix))) ?? Data()
+            let lowered = [UInt8](bytes).map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
+            #expect(lowered.firstRange(of: Array("forget.me".utf8)) == nil, "e-mail bytes left in db.sqlite\(suffix)")
+        }
+        // The identity splits: 300 keeps its tfb link to 500; 301 is alone with its own e-mail.
+        #expect(try s.store.userID(asid: "500") == "u:300")
+        #expect(try s.store.userID(asid: "301") == "u:301")
+        // Non-personal facts stay.
+        #expect(try s.store.access("300") == AccessAnswer(asid: "300", state: .forbiddenLimited, evidenceEvent: "e", evidenceDevice: "1/P"))
+        #expect(try s.store.access("300", asOf: Stream.ms(2)).state == .allowed)
+        try s.verifyReplay()
+
+        // Exports equal a fresh ingest of the scrubbed log.
+        let fresh = TempDir()
+        let scrubbed = try s.store.eventPayloads().map(\.payload)
+        let other = try EventStore(path: fresh.path("db.sqlite"))
+        _ = try FileIngestor(store: other).ingest(path: fresh.write("log.jsonl", scrubbed))
+        for kind in ExportKind.allCases {
+            var a: [String] = [], b: [String] = []
+            try s.store.export(kind) { a.append(CanonicalJSON.encode(.array($0))) }
+            try other.export(kind) { b.append(CanonicalJSON.encode(.array($0))) }
+            #expect(a == b, "\(kind)")
+        }
+
+        // A re-delivered old event is a duplicate; a new login for the ASID is accepted.
+        let again = try FileIngestor(store: s.store).ingest(path: s.dir.write("again.jsonl", [
+            original, Stream.login("f", day: 5, app: "1", device: "P", asid: "300", extra: ["email": "new@example.com"]),
+        ]))
+        #expect(again.outcome.duplicates == 1 && again.outcome.appended == 1 && again.outcome.quarantinedTotal == 0)
+    }
+}
