@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import X509
 import _CryptoExtras
 
 /// Public keys by `kid`, from a JWKS document `{"keys": [{kty, kid, alg, use, n, e}]}`.
@@ -12,10 +13,23 @@ public struct KeySet: Sendable {
         public var description: String
     }
 
-    /// Parses a JWKS document; RSA keys only (others are skipped).
+    /// Parses a JWKS document (RSA keys only; others are skipped), or Facebook's
+    /// certificate map `{"kid": "-----BEGIN CERTIFICATE-----…"}`.
     public init(jwks data: [UInt8]) throws(Invalid) {
-        guard let doc = try? JSONParser.parse(data), case let .array(entries)? = doc["keys"] else {
-            throw Invalid(description: "not a JWKS document: expected {\"keys\": [...]}")
+        guard let doc = try? JSONParser.parse(data), case let .object(members) = doc else {
+            throw Invalid(description: "not a JWKS document: expected {\"keys\": [...]} or {\"kid\": \"PEM certificate\"}")
+        }
+        guard case let .array(entries)? = doc["keys"] else {
+            var keys: [String: _RSA.Signing.PublicKey] = [:]
+            for (kid, value) in members {
+                guard case let .string(pem) = value, let certificate = try? Certificate(pemEncoded: pem),
+                      let key = _RSA.Signing.PublicKey(certificate.publicKey)
+                else { throw Invalid(description: "certificate map entry \(kid) is not a PEM certificate with an RSA key") }
+                keys[kid] = key
+            }
+            guard !keys.isEmpty else { throw Invalid(description: "not a JWKS document: expected {\"keys\": [...]}") }
+            self.keys = keys
+            return
         }
         var keys: [String: _RSA.Signing.PublicKey] = [:]
         for entry in entries {

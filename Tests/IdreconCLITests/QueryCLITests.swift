@@ -102,3 +102,36 @@ import Testing
         #expect(try run(Binaries.idrecon, ["audit", "calls", s.path("missing"), "--db", db]).status == 2)
     }
 }
+
+@Suite struct ComplianceCLITests {
+    @Test func graphDrawsTheIdentity() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        let dot = try run(Binaries.idrecon, ["graph", "300", "--friends", "--db", db])
+        #expect(dot.status == 0)
+        #expect(dot.stdout.hasPrefix("graph \"u:400\" {"))
+        #expect(dot.stdout.contains("\"asid:300\"") && dot.stdout.contains("\"asid:400\"") && dot.stdout.contains("forbidden_limited"))
+        #expect(dot.stdout.contains("\"device:2/Q\"") && dot.stdout.contains("limited"))
+        #expect(dot.stdout.contains("\"friend:99\"") && dot.stdout.contains("forbidden_unknown"))
+        #expect(dot.stdout.contains("\"key:email:") && !dot.stdout.contains("ana@x.com"))
+        #expect(try run(Binaries.idrecon, ["graph", "u:nobody", "--db", db]).status == 1)
+        let svg = try run(Binaries.idrecon, ["graph", "u:400", "--format", "svg", "--db", db])
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/dot") {
+            #expect(svg.status == 0 && svg.stdout.contains("<svg"))
+        } else {
+            #expect(svg.status == 2 && svg.stderr.contains("Graphviz"))
+        }
+    }
+
+    @Test func forgetCommand() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        let r = try run(Binaries.idrecon, ["forget", "300", "--db", db, "--format", "csv"])
+        #expect(r.status == 0 && r.stdout.contains("300,2,0,3"))
+        #expect(try run(Binaries.idrecon, ["forget", "777", "--db", db]).status == 1)
+        #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
+        #expect(try run(Binaries.idrecon, ["user", "300", "--db", db, "--format", "csv"]).stdout.contains("u:300"))
+    }
+}

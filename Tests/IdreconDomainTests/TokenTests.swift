@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 @testable import IdreconDomain
 import Testing
+import X509
 import _CryptoExtras
 
 /// A signing key generated for the tests, its JWKS, and a token factory.
@@ -99,6 +100,21 @@ func limitedLogin(token: String?, nonce: String = "n-400") -> LoginEvent {
         #expect(v.check(limitedLogin(token: issuer.token(claims: ["iat": "1793523630"]))) == nil)
         // Audience may be a list.
         #expect(v.check(limitedLogin(token: issuer.token(claims: ["aud": #"["9","1"]"#]))) == nil)
+    }
+
+    /// Facebook also publishes its keys as a map of kid to PEM certificate.
+    @Test func certificateMapIsAKeySet() throws {
+        let name = try DistinguishedName { CommonName("idrecon test issuer") }
+        let certificate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(issuer.key.publicKey),
+            notValidBefore: Date(timeIntervalSince1970: 1_700_000_000), notValidAfter: Date(timeIntervalSince1970: 1_900_000_000),
+            issuer: name, subject: name, signatureAlgorithm: .sha256WithRSAEncryption, extensions: Certificate.Extensions(),
+            issuerPrivateKey: .init(issuer.key))
+        let pem = try certificate.serializeAsPEM().pemString
+        let map = try JSONSerialization.data(withJSONObject: [issuer.kid: pem])
+        let verifier = TokenVerifier(keys: try KeySet(jwks: [UInt8](map)))
+        #expect(verifier.check(limitedLogin(token: issuer.token())) == nil)
+        #expect(throws: KeySet.Invalid.self) { try KeySet(jwks: Array(#"{"k":"-----BEGIN CERTIFICATE-----\nnope\n"}"#.utf8)) }
     }
 
     @Test func jwksMustBeAKeySet() {
