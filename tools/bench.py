@@ -117,6 +117,21 @@ def main():
                 sys.exit(f"{name} failed: {p.stderr.decode()}")
         r[f"{name}_ms"] = statistics.median(samples)
 
+    print("idrecon audit calls (one call per event, judged at its own time) ...", file=sys.stderr)
+    access = os.path.join(OUT, "access.jsonl")
+    with open(access, "w") as f:
+        f.write(idrecon("export", "access", "--db", db("ingest")).stdout)
+    calls = os.path.join(OUT, f"calls-{n}.jsonl")
+    subprocess.run(["python3", os.path.join(ROOT, "tools", "gen_calls.py"), access, str(n), calls], check=True)
+    start = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", os.path.join(OUT, "audit.time"), os.path.join(BIN, "idrecon"),
+                        "audit", "calls", calls, "--db", db("ingest"), "--strict", "--format", "csv"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"audit failed: {p.stderr}")
+    r["audit_calls_per_s"] = n / (time.monotonic() - start)
+    r["audit_rss_mb"] = int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
+
     r["ingest_over_baseline"] = r["ingest_eps"] / r["baseline_eps"]
     r["ingest_over_raw_append"] = r["ingest_eps"] / r["raw_append_eps"]
     r["consume_over_ingest"] = r["consume_eps"] / r["ingest_eps"]
@@ -128,6 +143,7 @@ def main():
         ("idrecon ingest (projections on)", f"{r['ingest_eps']:,.0f} ev/s", f"{r['ingest_rss_mb']:.0f} MB"),
         ("idrecon consume (embedded cluster)", f"{r['consume_eps']:,.0f} ev/s", f"{r['consume_rss_mb']:.0f} MB"),
         ("idrecon replay", f"{r['replay_eps']:,.0f} ev/s", f"{r['replay_rss_mb']:.0f} MB"),
+        ("idrecon audit calls --strict", f"{r['audit_calls_per_s']:,.0f} calls/s", f"{r['audit_rss_mb']:.0f} MB"),
         ("user (median of 20)", f"{r['user_ms']:.1f} ms", ""),
         ("access --as-of (median of 20)", f"{r['access_as_of_ms']:.1f} ms", ""),
         ("explain (median of 20)", f"{r['explain_ms']:.1f} ms", ""),

@@ -38,7 +38,14 @@ public final class EventStore: Sendable {
             pool = try DatabasePool(path: path, configuration: config)
             if readOnly {
                 let pending = try pool.read { db in try !Schema.migrator.hasCompletedMigrations(db) }
-                if pending { throw StoreError("database \(path) needs a newer schema; run any writing command (e.g. 'idrecon ingest /dev/null') once") }
+                if pending {
+                    // A database from an older idrecon: bring its schema up to date once.
+                    do {
+                        _ = try EventStore(path: path)
+                    } catch {
+                        throw StoreError("database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
+                    }
+                }
             } else {
                 // Two processes opening a new database at once would race on the migrations:
                 // an advisory lock serializes them (the second finds them applied), and a
