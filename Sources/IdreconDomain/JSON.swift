@@ -253,6 +253,11 @@ public enum CanonicalJSON {
     }
 
     public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        write(value, sortKeys: true, into: &out)
+    }
+
+    /// Compact JSON; object keys sorted by UTF-8 bytes when `sortKeys`, else in document order.
+    static func write(_ value: JSONValue, sortKeys: Bool, into out: inout [UInt8]) {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
         case let .bool(b): out.append(contentsOf: (b ? "true" : "false").utf8)
@@ -262,17 +267,17 @@ public enum CanonicalJSON {
             out.append(UInt8(ascii: "["))
             for (i, element) in elements.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                write(element, into: &out)
+                write(element, sortKeys: sortKeys, into: &out)
             }
             out.append(UInt8(ascii: "]"))
         case let .object(members):
             out.append(UInt8(ascii: "{"))
-            let sorted = members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
-            for (i, member) in sorted.enumerated() {
+            let ordered = sortKeys ? members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) } : members
+            for (i, member) in ordered.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
                 writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                write(member.value, into: &out)
+                write(member.value, sortKeys: sortKeys, into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -304,30 +309,7 @@ extension JSONValue {
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512)
-        Self.write(self, into: &out)
+        CanonicalJSON.write(self, sortKeys: false, into: &out)
         return out
-    }
-
-    private static func write(_ value: JSONValue, into out: inout [UInt8]) {
-        switch value {
-        case let .array(elements):
-            out.append(UInt8(ascii: "["))
-            for (i, element) in elements.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                write(element, into: &out)
-            }
-            out.append(UInt8(ascii: "]"))
-        case let .object(members):
-            out.append(UInt8(ascii: "{"))
-            for (i, member) in members.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                CanonicalJSON.writeString(member.key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                write(member.value, into: &out)
-            }
-            out.append(UInt8(ascii: "}"))
-        default:
-            CanonicalJSON.write(value, into: &out)
-        }
     }
 }
