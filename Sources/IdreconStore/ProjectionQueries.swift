@@ -204,3 +204,59 @@ extension EventStore {
         }
     }
 }
+
+/// One step of an identity's history: at `event`, a link through `key` joined the group
+/// that had `absorbed` as user ID into the one with `into`.
+public struct MergeStep: Sendable, Equatable {
+    public var at: Int64
+    public var event: String
+    public var key: String
+    public var absorbed: String
+    public var into: String
+}
+
+extension EventStore {
+    /// How an identity came together, in event time: derived from the log's links (so it is
+    /// the same whatever the arrival order), replaying the current linking keys in order.
+    public func mergeHistory(_ userID: String) throws(StoreError) -> [MergeStep] {
+        try read { db in
+            let members = try Row.fetchAll(db, sql: "SELECT asid, first_login_at, first_login_event FROM asids WHERE user_id = ?", arguments: [userID])
+            var first: [String: EventKey] = [:]
+            for m in members { first[m["asid"]] = EventKey(at: m["first_login_at"], eventID: m["first_login_event"]) }
+            var links: [(key: EventKey, asid: String, linkKey: String)] = []
+            for asid in first.keys {
+                for r in try Row.fetchAll(db, sql: """
+                    SELECT k.key, k.first_at, k.first_event FROM asid_keys k JOIN link_keys l ON l.key = k.key
+                    WHERE k.asid = ? AND l.ambiguous = 0
+                    """, arguments: [asid]) {
+                    links.append((EventKey(at: r["first_at"], eventID: r["first_event"]), asid, r["key"]))
+                }
+            }
+            links.sort { $0.key != $1.key ? $0.key < $1.key : ($0.asid, $0.linkKey) < ($1.asid, $1.linkKey) }
+            // Union-find over ASIDs; a group's user ID is its member with the earliest first login.
+            var parent: [String: String] = [:]
+            func find(_ a: String) -> String {
+                var root = a
+                while let p = parent[root], p != root { root = p }
+                return root
+            }
+            func userOf(_ root: String) -> String {
+                let group = first.keys.filter { find($0) == root }
+                return IdentityRules.userID(members: group.map { ($0, first[$0]!) })
+            }
+            var keyOwner: [String: String] = [:]
+            var steps: [MergeStep] = []
+            for link in links {
+                if parent[link.asid] == nil { parent[link.asid] = link.asid }
+                guard let other = keyOwner[link.linkKey] else { keyOwner[link.linkKey] = link.asid; continue }
+                let (a, b) = (find(link.asid), find(other))
+                guard a != b else { continue }
+                let (ua, ub) = (userOf(a), userOf(b))
+                let (into, absorbed) = first[String(ua.dropFirst(2))]! < first[String(ub.dropFirst(2))]! ? (ua, ub) : (ub, ua)
+                parent[a] = b
+                steps.append(MergeStep(at: link.key.at, event: link.key.eventID, key: link.linkKey, absorbed: absorbed, into: into))
+            }
+            return steps
+        }
+    }
+}

@@ -80,6 +80,8 @@ struct UserCommand: AsyncParsableCommand {
     @Argument(help: "An ASID of the identity.") var asid: String?
     @Option(help: "Find the identity by e-mail (normalized and hashed, never stored).") var email: String?
     @Option(name: .customLong("user-id"), help: "Find the identity by user ID (u:…).") var userID: String?
+    @Flag(help: "Show how the identity came together instead: each link that merged two groups, in event time.")
+    var history = false
 
     func validate() throws {
         guard [asid, email, userID].compactMap({ $0 }).count == 1 else {
@@ -96,6 +98,17 @@ struct UserCommand: AsyncParsableCommand {
             users = try storeCall { () throws(StoreError) in try store.userID(asid: asid, userID: userID) }.map { [$0] } ?? []
         }
         guard !users.isEmpty else { throw CLIError("no identity for \(asid ?? email.map { _ in "that e-mail" } ?? userID ?? "")", exitCode: 1) }
+        if history {
+            var printer = RowPrinter(format: output.resolved, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
+            for user in users {
+                for step in try storeCall({ () throws(StoreError) in try store.mergeHistory(user) }) {
+                    printer.row([.text(user), .text(Timestamp.format(step.at)), .text(step.event), .text(Self.short(step.key)),
+                                 .text(step.absorbed), .text(step.into)])
+                }
+            }
+            printer.finish()
+            return
+        }
         var printer = RowPrinter(format: output.resolved, columns: [
             "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
         ])

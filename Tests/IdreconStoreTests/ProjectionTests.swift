@@ -229,6 +229,11 @@ struct Stream {
         #expect(chain.map(\.key) == [LinkKey.email("x@y.z"), "tfb:T"])
         #expect(chain.map(\.fromEvent) == ["a", "b"])
         #expect(try s.store.explain("1", "4") == nil)
+        // Merge history in event time: b joined 2 into u:1, c joined 3 into u:1.
+        #expect(try s.store.mergeHistory("u:1") == [
+            MergeStep(at: Stream.ms(2), event: "b", key: LinkKey.email("x@y.z"), absorbed: "u:2", into: "u:1"),
+            MergeStep(at: Stream.ms(3), event: "c", key: "tfb:T", absorbed: "u:3", into: "u:1"),
+        ])
         try s.verifyReplay()
     }
 
