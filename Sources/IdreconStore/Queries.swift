@@ -93,12 +93,11 @@ extension EventStore {
             guard let last = page.last else { break }
             after = last.id
             let records = page.map { entry in
-                var record = IncomingRecord(
-                    raw: entry.raw, origin: RecordOrigin(source: entry.source, position: entry.position, partition: entry.partition, key: entry.recordKey),
-                    rejection: Rejection(.malformedJSON, ""))
-                record.validation = entry.raw.isEmpty ? .failure(Rejection(.malformedJSON, "the record value is null or empty")) : validate(entry.raw)
-                record.quarantineID = entry.id
-                return record
+                IncomingRecord(
+                    raw: entry.raw,
+                    origin: RecordOrigin(source: entry.source, position: entry.position, partition: entry.partition, key: entry.recordKey),
+                    validation: entry.raw.isEmpty ? .failure(Rejection(.malformedJSON, "the record value is null or empty")) : validate(entry.raw),
+                    quarantineID: entry.id)
             }
             total.add(try append(records, positions: []))
         }
