@@ -2,6 +2,8 @@
 /// (`event_id_conflict`, `nonce_replay`) and token verification happen in the store.
 public enum EventValidator {
     public static func validate(_ bytes: some Collection<UInt8>) -> Result<LoginEvent, Rejection> {
+        // A Kafka record with a null value arrives as no bytes at all.
+        guard !bytes.isEmpty else { return .failure(Rejection(.malformedJSON, "the record value is null or empty")) }
         let value: JSONValue
         do {
             value = try JSONParser.parse(bytes)

@@ -129,11 +129,9 @@ public final class KafkaIngestor: @unchecked Sendable {
             let key = message.key.map { Array(UnsafeRawBufferPointer(start: $0, count: message.key_len)) }
             let origin = RecordOrigin(source: Self.source(topic: topic, partition: partition), position: message.offset, partition: partition, key: key)
             if pending.isEmpty { batchStarted = Date() }
-            if let payload = message.payload {
-                pending.append((Array(UnsafeRawBufferPointer(start: payload, count: message.len)), origin))
-            } else {
-                pending.append(([], origin)) // a null value; see flush
-            }
+            // A null value becomes no bytes, which the validator quarantines as such.
+            let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
+            pending.append((value, origin))
             nextOffsets[partition] = message.offset + 1
             atEnd.remove(partition)
             summary.records += 1
@@ -150,20 +148,7 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// Commits the open batch: events, quarantine, projections and offsets in one transaction.
     private func flush() throws {
         guard !pending.isEmpty else { return }
-        var records = BatchValidator.validate(pending.filter { !$0.raw.isEmpty }, tokens: options.tokens)
-        // Null values never reach the validator: they are their own quarantine case.
-        if records.count != pending.count {
-            var merged: [IncomingRecord] = []
-            var iterator = records.makeIterator()
-            for item in pending {
-                if item.raw.isEmpty {
-                    merged.append(IncomingRecord(raw: [], origin: item.origin, rejection: Rejection(.malformedJSON, "the record value is null or empty")))
-                } else {
-                    merged.append(iterator.next()!)
-                }
-            }
-            records = merged
-        }
+        let records = BatchValidator.validate(pending, tokens: options.tokens)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
         do {

@@ -96,7 +96,7 @@ extension EventStore {
                 IncomingRecord(
                     raw: entry.raw,
                     origin: RecordOrigin(source: entry.source, position: entry.position, partition: entry.partition, key: entry.recordKey),
-                    validation: entry.raw.isEmpty ? .failure(Rejection(.malformedJSON, "the record value is null or empty")) : validate(entry.raw),
+                    validation: validate(entry.raw),
                     quarantineID: entry.id)
             }
             total.add(try append(records, positions: []))

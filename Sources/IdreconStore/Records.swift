@@ -31,11 +31,6 @@ public struct IncomingRecord: Sendable {
         self.validation = EventValidator.validate(raw)
     }
 
-    /// A record rejected before validation (e.g. a Kafka record with a null value).
-    public init(raw: [UInt8], origin: RecordOrigin, rejection: Rejection) {
-        self.init(raw: raw, origin: origin, validation: .failure(rejection))
-    }
-
     /// A record validated by the caller (e.g. a quarantine entry being retried).
     public init(raw: [UInt8], origin: RecordOrigin, validation: Result<LoginEvent, Rejection>, quarantineID: Int64? = nil) {
         self.raw = raw
