@@ -92,7 +92,7 @@ extension EventStore {
                 line.append(0x0A)
                 hasher.update(data: line)
             }
-            result[name] = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            result[name] = LinkKey.hex(hasher.finalize())
         }
         return result
     }

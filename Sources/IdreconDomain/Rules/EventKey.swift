@@ -48,10 +48,15 @@ public enum LinkKey {
     public static func tokenForBusiness(_ token: String) -> String { "tfb:" + token }
 
     public static func sha256Hex(_ text: String) -> String {
-        SHA256.hash(data: Array(text.utf8)).map { byte in
-            let hex = "0123456789abcdef".utf8
-            return String(decoding: [hex[hex.index(hex.startIndex, offsetBy: Int(byte >> 4))], hex[hex.index(hex.startIndex, offsetBy: Int(byte & 0xF))]], as: UTF8.self)
-        }.joined()
+        hex(SHA256.hash(data: Array(text.utf8)))
+    }
+
+    /// Lower-case hex of bytes (digests, for keys and projection digests).
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for byte in bytes { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 0xF)]) }
+        return String(decoding: out, as: UTF8.self)
     }
 }
 
