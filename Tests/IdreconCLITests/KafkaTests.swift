@@ -42,6 +42,11 @@ func startConsumer(_ cluster: MockCluster, topic: String, db: String, exitAtEnd:
     return process
 }
 
+/// Sum of the offsets stored in `db` (0 while it cannot be read yet).
+func storedOffsets(_ db: String) -> Int64 {
+    (try? EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position }) ?? 0
+}
+
 /// Waits for a process, killing it after `seconds`; returns its exit status.
 @discardableResult
 func wait(_ process: Process, seconds: Double = 120) -> Int32 {
@@ -69,6 +74,14 @@ struct Outcome: Equatable {
 @Suite(.serialized) struct KafkaTests {
     let lines = kafkaStream(events: 20_000, seed: 3)
 
+    /// A mock cluster with topic "t" holding `lines`.
+    func cluster(partitions: Int, brokers: Int = 1) throws -> MockCluster {
+        let cluster = try MockCluster(brokers: brokers)
+        try cluster.createTopic("t", partitions: partitions, replicationFactor: brokers)
+        try produce(lines, to: cluster, topic: "t")
+        return cluster
+    }
+
     func reference(_ s: Scratch) throws -> Outcome {
         let file = s.path("events.jsonl")
         FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
@@ -78,9 +91,7 @@ struct Outcome: Equatable {
 
     @Test func consumeEqualsIngest() throws {
         let s = Scratch()
-        let cluster = try MockCluster()
-        try cluster.createTopic("t", partitions: 8)
-        try produce(lines, to: cluster, topic: "t")
+        let cluster = try cluster(partitions: 8)
         let db = s.path("k.sqlite")
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
         let expected = try reference(s)
@@ -100,25 +111,20 @@ struct Outcome: Equatable {
 
     @Test func killedConsumerResumesWithoutLossOrDuplicates() throws {
         let s = Scratch()
-        let cluster = try MockCluster()
-        try cluster.createTopic("t", partitions: 6)
-        try produce(lines, to: cluster, topic: "t")
+        let cluster = try cluster(partitions: 6)
         let db = s.path("k.sqlite")
         var rng = SeededRandom(seed: UInt64(Date().timeIntervalSince1970))
         var kills = 0
         var consumed: Int64 = 0
-        func storedTotal() -> Int64 {
-            (try? EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position }) ?? 0
-        }
         for _ in 0..<6 {
             let p = try startConsumer(cluster, topic: "t", db: db)
             // Kill only once this run has committed something, at a random moment after.
             let deadline = Date().addingTimeInterval(60)
-            while p.isRunning, storedTotal() < consumed + 1500, Date() < deadline { usleep(20_000) }
+            while p.isRunning, storedOffsets(db) < consumed + 1500, Date() < deadline { usleep(20_000) }
             usleep(UInt32(rng.next() % 400_000))
             if p.isRunning { kill(p.processIdentifier, SIGKILL); kills += 1 }
             p.waitUntilExit()
-            consumed = storedTotal()
+            consumed = storedOffsets(db)
         }
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
         #expect(kills >= 5, "the consumer finished before it could be killed 5 times")
@@ -127,9 +133,7 @@ struct Outcome: Equatable {
 
     @Test func faultsLoseNothing() throws {
         let s = Scratch()
-        let cluster = try MockCluster(brokers: 3)
-        try cluster.createTopic("t", partitions: 6, replicationFactor: 3)
-        try produce(lines, to: cluster, topic: "t")
+        let cluster = try cluster(partitions: 6, brokers: 3)
         let db = s.path("k.sqlite")
         cluster.pushRequestErrors(.fetch, [MockCluster.ErrorCode.notLeader, MockCluster.ErrorCode.requestTimedOut, MockCluster.ErrorCode.transport])
         cluster.pushRequestErrors(.offsetCommit, [MockCluster.ErrorCode.requestTimedOut, MockCluster.ErrorCode.coordinatorNotAvailable])
@@ -152,24 +156,21 @@ struct Outcome: Equatable {
     /// other takes over from the stored offsets; SIGTERM commits, leaves and exits 0.
     @Test func survivorTakesOverAndSigtermExitsCleanly() throws {
         let s = Scratch()
-        let cluster = try MockCluster()
-        try cluster.createTopic("t", partitions: 6)
-        try produce(lines, to: cluster, topic: "t")
+        let cluster = try cluster(partitions: 6)
         let db = s.path("k.sqlite")
-        func stored() -> Int64 { (try? EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position }) ?? 0 }
         func sources() -> Int { (try? EventStore(path: db, readOnly: true).positions().count) ?? 0 }
         let a = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false, extra: ["--batch-size", "200"])
         let b = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false, extra: ["--batch-size", "200"])
         // Both must be working before one dies.
         var deadline = Date().addingTimeInterval(60)
         while sources() < 6, Date() < deadline { usleep(20_000) }
-        #expect(stored() < Int64(lines.count), "consumed everything before the kill; the test needs a larger stream")
+        #expect(storedOffsets(db) < Int64(lines.count), "consumed everything before the kill; the test needs a larger stream")
         kill(a.processIdentifier, SIGKILL)
         a.waitUntilExit()
         // The survivor takes over a's partitions (after the dead member's session times out).
         deadline = Date().addingTimeInterval(90)
-        while stored() < Int64(lines.count), Date() < deadline { usleep(50_000) }
-        #expect(stored() == Int64(lines.count))
+        while storedOffsets(db) < Int64(lines.count), Date() < deadline { usleep(50_000) }
+        #expect(storedOffsets(db) == Int64(lines.count))
         kill(b.processIdentifier, SIGTERM)
         #expect(wait(b, seconds: 30) == 0)
         #expect(try Outcome(db: db) == reference(s))
