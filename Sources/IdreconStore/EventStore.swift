@@ -34,6 +34,12 @@ public final class EventStore: Sendable {
         if readOnly, !FileManager.default.fileExists(atPath: path) {
             throw StoreError("no database at \(path); run 'idrecon ingest' or 'idrecon consume' first, or pass --db")
         }
+        // Two processes opening a new database at once race on switching it to WAL and on
+        // the migrations: an advisory lock (taken before SQLite touches the file) serializes
+        // writers' opening; the second finds everything applied.
+        let lockFD = readOnly ? -1 : open(path, O_RDONLY | O_CREAT, 0o644)
+        if lockFD >= 0 { flock(lockFD, LOCK_EX) }
+        defer { if lockFD >= 0 { flock(lockFD, LOCK_UN); close(lockFD) } }
         do {
             pool = try DatabasePool(path: path, configuration: config)
             if readOnly {
@@ -47,12 +53,7 @@ public final class EventStore: Sendable {
                     }
                 }
             } else {
-                // Two processes opening a new database at once would race on the migrations:
-                // an advisory lock serializes them (the second finds them applied), and a
-                // lock upgrade that SQLite refuses without waiting (SQLITE_BUSY) is retried.
-                let lockFD = open(path, O_RDONLY)
-                if lockFD >= 0 { flock(lockFD, LOCK_EX) }
-                defer { if lockFD >= 0 { flock(lockFD, LOCK_UN); close(lockFD) } }
+                // A lock upgrade that SQLite refuses without waiting (SQLITE_BUSY) is retried.
                 var attempt = 0
                 while true {
                     do {
