@@ -29,7 +29,10 @@ let package = Package(
         // SQLite event log, quarantine and consumed positions (GRDB).
         .target(
             name: "IdreconStore",
-            dependencies: ["IdreconDomain", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "IdreconDomain", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
         ),
         // Reading sources (JSON lines files) in batches into the store.
         .target(

@@ -72,21 +72,13 @@ extension EventStore {
         var result: [String: String] = [:]
         for name in ProjectionTables.names {
             let table = tables.generation == 0 ? name : "\(name)_g\(tables.generation)"
-            let columns = try db.columns(in: table).count
-            let order = (1...columns).map(String.init).joined(separator: ", ")
+            let order = ProjectionTables.primaryKeys[name]!
             var hasher = SHA256()
-            let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM \(table) ORDER BY \(order)")
             var line: [UInt8] = []
-            while let r = try cursor.next() {
+            try BulkStatement(db, "SELECT * FROM \(table) ORDER BY \(order)").each { r in
                 line.removeAll(keepingCapacity: true)
-                for value in r.databaseValues {
-                    switch value.storage {
-                    case .null: line.append(contentsOf: "null".utf8)
-                    case let .int64(i): line.append(contentsOf: String(i).utf8)
-                    case let .double(d): line.append(contentsOf: String(d).utf8)
-                    case let .string(s): CanonicalJSON.writeString(s, into: &line)
-                    case let .blob(b): line.append(contentsOf: b.base64EncodedString().utf8)
-                    }
+                for column in 0..<r.columnCount {
+                    r.appendCanonical(column, to: &line)
                     line.append(0x09)
                 }
                 line.append(0x0A)

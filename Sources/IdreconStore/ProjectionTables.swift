@@ -23,7 +23,14 @@ struct ProjectionTables: Sendable {
     var edges: String { "friend_edges" + suffix }
     var mentions: String { "friend_mentions" + suffix }
 
+    /// Creates the tables with their secondary indexes.
     func create(_ db: Database) throws {
+        try createTables(db)
+        try createIndexes(db)
+    }
+
+    /// Creates the tables only; a bulk load adds the secondary indexes afterwards.
+    func createTables(_ db: Database) throws {
         precondition(generation > 0)
         let g = generation
         try db.execute(sql: """
@@ -44,7 +51,6 @@ struct ProjectionTables: Sendable {
                 PRIMARY KEY (app_id, device_id),
                 CHECK ((mode = 'logged_out') = (asid IS NULL))
             ) STRICT, WITHOUT ROWID;
-            CREATE INDEX devices_g\(g)_asid ON devices_g\(g)(asid) WHERE asid IS NOT NULL;
 
             CREATE TABLE limited_spans_g\(g) (
                 app_id     TEXT NOT NULL,
@@ -57,7 +63,6 @@ struct ProjectionTables: Sendable {
                 PRIMARY KEY (app_id, device_id, from_at, from_event),
                 CHECK ((to_at IS NULL) = (to_event IS NULL))
             ) STRICT, WITHOUT ROWID;
-            CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at);
 
             CREATE TABLE asids_g\(g) (
                 asid              TEXT PRIMARY KEY,
@@ -65,7 +70,6 @@ struct ProjectionTables: Sendable {
                 first_login_event TEXT NOT NULL,
                 user_id           TEXT NOT NULL CHECK (user_id LIKE 'u:%')
             ) STRICT, WITHOUT ROWID;
-            CREATE INDEX asids_g\(g)_user ON asids_g\(g)(user_id);
 
             CREATE TABLE asid_keys_g\(g) (
                 asid        TEXT NOT NULL,
@@ -74,7 +78,6 @@ struct ProjectionTables: Sendable {
                 first_event TEXT NOT NULL,
                 PRIMARY KEY (asid, key)
             ) STRICT, WITHOUT ROWID;
-            CREATE INDEX asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);
 
             CREATE TABLE link_keys_g\(g) (
                 key       TEXT PRIMARY KEY,
@@ -100,7 +103,6 @@ struct ProjectionTables: Sendable {
                 CHECK (a < b),
                 CHECK (by_a = 1 OR by_b = 1)
             ) STRICT, WITHOUT ROWID;
-            CREATE INDEX friend_edges_g\(g)_b ON friend_edges_g\(g)(b);
 
             CREATE TABLE friend_mentions_g\(g) (
                 asid        TEXT PRIMARY KEY,
@@ -109,6 +111,25 @@ struct ProjectionTables: Sendable {
             ) STRICT, WITHOUT ROWID;
             """)
     }
+
+    func createIndexes(_ db: Database) throws {
+        precondition(generation > 0)
+        let g = generation
+        try db.execute(sql: """
+            CREATE INDEX devices_g\(g)_asid ON devices_g\(g)(asid) WHERE asid IS NOT NULL;
+            CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at);
+            CREATE INDEX asids_g\(g)_user ON asids_g\(g)(user_id);
+            CREATE INDEX asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);
+            CREATE INDEX friend_edges_g\(g)_b ON friend_edges_g\(g)(b);
+            """)
+    }
+
+    /// Primary-key columns of each table, in order: the order digests read rows in.
+    static let primaryKeys = [
+        "devices": "app_id, device_id", "limited_spans": "app_id, device_id, from_at, from_event", "asids": "asid",
+        "asid_keys": "asid, key", "link_keys": "key", "friend_snapshots": "asid", "friend_edges": "a, b",
+        "friend_mentions": "asid",
+    ]
 
     /// Points the reader views at this generation.
     func publish(_ db: Database) throws {

@@ -16,45 +16,64 @@ public struct ReplayReport: Sendable {
 
 extension EventStore {
     /// Rebuilds every projection from the log into a new generation of tables while
-    /// readers keep using the current one, then (unless `verifyOnly`) swaps the reader
-    /// views to it in one transaction. `config` replaces the identity configuration.
+    /// readers (and writers) keep using the current one, then (unless `verifyOnly`) swaps
+    /// the reader views to it in one transaction. `config` replaces the identity
+    /// configuration. The bulk of the log is folded from a snapshot (see
+    /// `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
+    /// meanwhile are applied incrementally just before the swap.
     public func replay(
-        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, batchSize: Int = 20_000,
+        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 1_000_000,
         progress: (Int64, Int64) -> Void = { _, _ in }
     ) throws(StoreError) -> ReplayReport {
         let started = Date()
-        let (generation, config, total) = try write { db -> (Int, IdentityConfig, Int64) in
-            let state = try ProjectionState.load(db)
-            let next = ProjectionTables(generation: state.generation + 1)
-            try next.drop(db) // leftovers of an interrupted replay
-            try next.create(db)
-            return (next.generation, newConfig ?? state.config, try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
-        }
-        let tables = ProjectionTables(generation: generation)
-        var cursor: Int64 = 0
-        var done: Int64 = 0
-        func step(_ db: Database, limit: Int?) throws -> Int {
-            let rows = try Row.fetchAll(db, sql: """
-                SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq \(limit.map { "LIMIT \($0)" } ?? "")
-                """, arguments: [cursor])
-            guard let last = rows.last else { return 0 }
-            let facts = rows.map(ProjectionFact.init(row:))
-            let updater = ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: last["seq"])
-            try updater.apply(facts)
-            cursor = last["seq"]
-            done += Int64(rows.count)
-            return rows.count
-        }
         do {
-            while try pool.write({ db in try step(db, limit: batchSize) }) == batchSize {
-                progress(done, total)
+            let snapshots = (try pool.makeSnapshot(), try pool.makeSnapshot())
+            for snapshot in [snapshots.0, snapshots.1] {
+                // The scan reads each page once: a big page cache would only cost memory.
+                try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
             }
-            // Catch up with events appended meanwhile, then swap, atomically.
-            let report = try pool.write { db -> ReplayReport in
-                while try step(db, limit: batchSize) > 0 {}
+            let (snapshotSeq, total) = try snapshots.0.read { db in
+                (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0, try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
+            }
+            let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
                 let state = try ProjectionState.load(db)
-                let rebuilt = try Self.digests(db, tables: tables)
-                let live = try Self.digests(db, tables: state.tables)
+                let next = ProjectionTables(generation: state.generation + 1)
+                try next.drop(db) // leftovers of an interrupted replay
+                try next.createTables(db)
+                return (next.generation, newConfig ?? state.config)
+            }
+            let tables = ProjectionTables(generation: generation)
+            let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
+            try builder.load(from: snapshots, into: pool, lastSeq: snapshotSeq, events: total) { progress($0, total) }
+            try pool.write { db in try builder.finish(db) }
+
+            // Catch up with events appended since the snapshot, then swap, atomically.
+            let report = try pool.write { db -> ReplayReport in
+                var cursor = snapshotSeq
+                var done = total
+                while true {
+                    let rows = try Row.fetchAll(db, sql: """
+                        SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT 10000
+                        """, arguments: [cursor])
+                    guard let last = rows.last else { break }
+                    // Device refolds must not see events of later chunks.
+                    let updater = ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: last["seq"])
+                    try updater.apply(rows.map(ProjectionFact.init(row:)))
+                    cursor = last["seq"]
+                    done += Int64(rows.count)
+                }
+                let state = try ProjectionState.load(db)
+                // The live tables cannot change while this transaction holds the write lock,
+                // so a reader digests them on the other core.
+                let (rebuilt, live) = try concurrently(
+                    { try Self.digests(db, tables: tables) },
+                    {
+                        try self.pool.read { reader in
+                            try reader.execute(sql: "PRAGMA cache_size = -4096") // one pass: no cache needed
+                            defer { try? reader.execute(sql: "PRAGMA cache_size = -65536") }
+                            return try Self.digests(reader, tables: state.tables)
+                        }
+                    })
                 var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: live, swapped: false)
                 if verifyOnly {
                     try tables.drop(db)
@@ -68,7 +87,7 @@ extension EventStore {
                 }
                 return report
             }
-            progress(done, total)
+            progress(report.events, report.events)
             var final = report
             final.seconds = Date().timeIntervalSince(started)
             return final

@@ -1,0 +1,114 @@
+import Foundation
+import GRDB
+import IdreconDomain
+import GRDBSQLite
+
+/// A prepared statement driven through SQLite's C API, for the bulk paths (replay's scan
+/// and loads) where GRDB's per-row argument arrays and `Row` boxing would dominate.
+/// Used only inside a GRDB database access; the C statement never leaves this type.
+struct BulkStatement {
+    private let statement: Statement
+    private var handle: OpaquePointer { statement.sqliteStatement }
+    private let db: Database
+
+    init(_ db: Database, _ sql: String) throws {
+        self.db = db
+        statement = try db.makeStatement(sql: sql)
+    }
+
+    /// Binds the values `bind` adds (in parameter order), runs the statement to completion
+    /// and resets it for the next row.
+    func run(_ bind: (inout Binder) -> Void) throws {
+        var binder = Binder(handle: handle)
+        bind(&binder)
+        let code = sqlite3_step(handle)
+        sqlite3_reset(handle)
+        guard code == SQLITE_DONE else { throw failure(code) }
+    }
+
+    /// Runs a query, binding `bind`'s values, and calls `row` for each result row.
+    func each(_ bind: (inout Binder) -> Void = { _ in }, row: (Reader) throws -> Void) throws {
+        var binder = Binder(handle: handle)
+        bind(&binder)
+        defer { sqlite3_reset(handle) }
+        while true {
+            let code = sqlite3_step(handle)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else { throw failure(code) }
+            try row(Reader(handle: handle))
+        }
+    }
+
+    private func failure(_ code: Int32) -> DatabaseError {
+        DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: statement.sql)
+    }
+
+    /// Adds parameter values in order.
+    struct Binder {
+        let handle: OpaquePointer?
+        private var index: Int32 = 1
+        private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+        init(handle: OpaquePointer?) { self.handle = handle }
+
+        mutating func add(_ value: Int64) {
+            sqlite3_bind_int64(handle, index, value)
+            index += 1
+        }
+
+        mutating func add(_ value: Int64?) {
+            if let value { sqlite3_bind_int64(handle, index, value) } else { sqlite3_bind_null(handle, index) }
+            index += 1
+        }
+
+        mutating func add(_ value: String?) {
+            guard var value else {
+                sqlite3_bind_null(handle, index)
+                index += 1
+                return
+            }
+            value.withUTF8 { bytes in
+                if let base = bytes.baseAddress {
+                    sqlite3_bind_text(handle, index, base, Int32(bytes.count), Self.transient)
+                } else {
+                    sqlite3_bind_text(handle, index, "", 0, Self.transient)
+                }
+            }
+            index += 1
+        }
+    }
+
+    /// Column values of the current result row, by position.
+    struct Reader {
+        let handle: OpaquePointer?
+
+        func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
+        func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+        func string(_ column: Int32) -> String {
+            guard let text = sqlite3_column_text(handle, column) else { return "" }
+            let count = Int(sqlite3_column_bytes(handle, column))
+            return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+        }
+
+        func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
+
+        var columnCount: Int32 { sqlite3_column_count(handle) }
+
+        /// Appends the value as digests spell it: `null`, decimal, a JSON string, base64.
+        func appendCanonical(_ column: Int32, to line: inout [UInt8]) {
+            switch sqlite3_column_type(handle, column) {
+            case SQLITE_NULL: line.append(contentsOf: "null".utf8)
+            case SQLITE_INTEGER: line.append(contentsOf: String(int(column)).utf8)
+            case SQLITE_FLOAT: line.append(contentsOf: String(sqlite3_column_double(handle, column)).utf8)
+            case SQLITE_TEXT: CanonicalJSON.writeString(string(column), into: &line)
+            default:
+                let bytes = sqlite3_column_blob(handle, column).map {
+                    Data(bytes: $0, count: Int(sqlite3_column_bytes(handle, column)))
+                } ?? Data()
+                line.append(contentsOf: bytes.base64EncodedString().utf8)
+            }
+        }
+    }
+}

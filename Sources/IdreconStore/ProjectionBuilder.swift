@@ -1,0 +1,342 @@
+import Dispatch
+import GRDB
+import IdreconDomain
+
+/// Builds every projection of a new generation from a snapshot of the log in bulk: the
+/// log is scanned once per partition (devices by `device_key`, ASIDs by `asid_key`), each
+/// device and each ASID is folded once in event-time order in memory, and the rows are
+/// loaded in key order before the secondary indexes exist. Memory is bounded by the
+/// partition size, not by the log. The rules are the incremental updater's (the domain
+/// types `DeviceState`, `FriendSnapshot`, `IdentityRules`), so both give the same tables.
+struct ProjectionBuilder {
+    let tables: ProjectionTables
+    let config: IdentityConfig
+    /// Events per partition: a partition's facts are held in memory while folded.
+    let partitionSize: Int
+
+    /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
+    /// mentions of the events up to `lastSeq`. Two snapshots of the log are scanned in
+    /// parallel (each half of the sequence range). `progress` gets the events folded so far.
+    func load(
+        from snapshots: (DatabaseSnapshot, DatabaseSnapshot), into pool: DatabasePool, lastSeq: Int64, events: Int64,
+        progress: (Int64) -> Void
+    ) throws {
+        let partitions = max(1, (events + Int64(partitionSize) - 1) / Int64(partitionSize))
+        let middle = lastSeq / 2
+        var done: Int64 = 0
+        for partition in 0..<partitions {
+            var (facts, second) = try concurrently(
+                { try snapshots.0.read { db in try Self.scan(db, seqs: 0...middle, partition: partition, of: partitions) } },
+                { try snapshots.1.read { db in try Self.scan(db, seqs: (middle + 1)...max(middle + 1, lastSeq), partition: partition, of: partitions) } })
+            facts.merge(&second)
+            let events = facts.devices.count
+            var output = PartitionOutput(merging: partitions > 1)
+            fold(devices: &facts.devices, into: &output)
+            fold(asids: facts.asids, into: &output)
+            output.mentions = facts.mentions
+            facts = Facts()
+            try pool.write { db in try output.write(db, tables) }
+            done += Int64(events)
+            progress(done)
+        }
+    }
+
+    /// After `load`: builds the secondary indexes, counts the link keys and assigns every
+    /// ASID its identity (`user_id`) from the connected components over linking keys.
+    func finish(_ db: Database) throws {
+        try tables.createIndexes(db)
+        let blocked = Set(config.blockedKeys)
+        let insertKey = try BulkStatement(db, "INSERT INTO \(tables.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+        try BulkStatement(db, "SELECT key, count(*) FROM \(tables.asidKeys) GROUP BY key ORDER BY key").each { row in
+            let key = row.string(0), count = row.int(1)
+            let ambiguity = config.ambiguity(key: key, asids: Int(count), blocked: blocked)
+            try insertKey.run { $0.add(key); $0.add(count); $0.add(Int64(ambiguity?.rawValue ?? 0)) }
+        }
+
+        // Union-find over the ASIDs sharing an unambiguous key.
+        var index: [String: Int32] = [:]
+        var names: [String] = []
+        var parent: [Int32] = []
+        func find(_ i: Int32) -> Int32 {
+            var i = i
+            while parent[Int(i)] != i {
+                parent[Int(i)] = parent[Int(parent[Int(i)])]
+                i = parent[Int(i)]
+            }
+            return i
+        }
+        var previousKey = "", previous: Int32 = -1
+        try BulkStatement(db, """
+            SELECT k.key, k.asid FROM \(tables.asidKeys) k JOIN \(tables.linkKeys) l ON l.key = k.key
+            WHERE l.ambiguous = 0 ORDER BY k.key
+            """).each { row in
+            let key = row.string(0), asid = row.string(1)
+            let i: Int32
+            if let known = index[asid] {
+                i = known
+            } else {
+                i = Int32(names.count)
+                index[asid] = i
+                names.append(asid)
+                parent.append(i)
+            }
+            if key == previousKey {
+                let (a, b) = (find(previous), find(i))
+                if a != b { parent[Int(max(a, b))] = min(a, b) }
+            }
+            (previousKey, previous) = (key, i)
+        }
+        var components: [Int32: [Int32]] = [:]
+        for i in parent.indices { components[find(Int32(i)), default: []].append(Int32(i)) }
+        let firstLogin = try BulkStatement(db, "SELECT first_login_at, first_login_event FROM \(tables.asids) WHERE asid = ?")
+        let setUser = try BulkStatement(db, "UPDATE \(tables.asids) SET user_id = ? WHERE asid = ?")
+        for root in components.keys.sorted() where components[root]!.count > 1 {
+            var members: [(asid: String, firstLogin: EventKey)] = []
+            for i in components[root]! {
+                let asid = names[Int(i)]
+                try firstLogin.each({ $0.add(asid) }) { row in members.append((asid, EventKey(at: row.int(0), eventID: row.string(1)))) }
+            }
+            let userID = IdentityRules.userID(members: members)
+            for member in members where "u:" + member.asid != userID {
+                try setUser.run { $0.add(userID); $0.add(member.asid) }
+            }
+        }
+    }
+
+    // MARK: Scanning and folding
+
+    /// One logged event as a device sees it.
+    struct DeviceRow {
+        var hash: Int64
+        var app: String
+        var device: String
+        var fact: DeviceFact
+    }
+
+    /// Everything the projections keep of one ASID's logins. Each part is a minimum or
+    /// maximum over the logins, so logins can be added in any order.
+    struct ASIDAggregate {
+        var firstLogin: EventKey
+        var keys: [(key: String, first: EventKey)] = []
+        var snapshot = FriendSnapshot()
+        var hasSnapshot = false
+
+        init(firstLogin: EventKey) { self.firstLogin = firstLogin }
+
+        mutating func addKey(_ key: String, at login: EventKey) {
+            if let i = keys.firstIndex(where: { $0.key == key }) {
+                if login < keys[i].first { keys[i].first = login }
+            } else {
+                keys.append((key, login))
+            }
+        }
+    }
+
+    /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
+    struct Facts {
+        var devices: [DeviceRow] = []
+        var asids: [String: ASIDAggregate] = [:]
+        var mentions: [String: EventKey] = [:]
+
+        /// Adds the facts of other events (of the same partition).
+        mutating func merge(_ other: inout Facts) {
+            devices.reserveCapacity(devices.count + other.devices.count)
+            devices.append(contentsOf: other.devices)
+            other.devices = []
+            for (asid, theirs) in other.asids {
+                guard var mine = asids.removeValue(forKey: asid) else {
+                    asids[asid] = theirs
+                    continue
+                }
+                if theirs.firstLogin < mine.firstLogin { mine.firstLogin = theirs.firstLogin }
+                for (key, first) in theirs.keys { mine.addKey(key, at: first) }
+                if let listed = theirs.snapshot.listedAt { mine.snapshot.apply(key: listed, friends: theirs.snapshot.friends, declinesFriends: false) }
+                if let declined = theirs.snapshot.declinedAt { mine.snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
+                mine.hasSnapshot = mine.hasSnapshot || theirs.hasSnapshot
+                asids[asid] = mine
+            }
+            for (friend, first) in other.mentions where mentions[friend].map({ first < $0 }) ?? true { mentions[friend] = first }
+            other = Facts()
+        }
+    }
+
+    static func scan(_ db: Database, seqs: ClosedRange<Int64>, partition: Int64, of partitions: Int64) throws -> Facts {
+        var filter = "WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)"
+        if partitions > 1 { filter += " AND (device_key % \(partitions) = \(partition) OR asid_key % \(partitions) = \(partition))" }
+        var facts = Facts()
+        try BulkStatement(db, """
+            SELECT device_key, asid_key, app_id, device_id, occurred_at, event_id, type, tracking, asid,
+                   link_email, link_tfb, friends, declines_friends
+            FROM events \(filter)
+            """).each { row in
+            let key = EventKey(at: row.int(4), eventID: row.string(5))
+            let type: EventType = row.string(6) == "logout" ? .logout : .login
+            let asid = row.optionalString(8)
+            if row.int(0) % partitions == partition {
+                let tracking = row.optionalString(7).flatMap(Tracking.init(rawValue:))
+                facts.devices.append(DeviceRow(
+                    hash: row.int(0), app: row.string(2), device: row.string(3),
+                    fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
+            }
+            guard type == .login, let asid, !row.isNull(1), row.int(1) % partitions == partition else { return }
+            let declines = row.int(12) == 1
+            let friends = row.optionalString(11)
+            var aggregate = facts.asids.removeValue(forKey: asid) ?? ASIDAggregate(firstLogin: key)
+            if key < aggregate.firstLogin { aggregate.firstLogin = key }
+            if let email = row.optionalString(9) { aggregate.addKey(email, at: key) }
+            if let tfb = row.optionalString(10) { aggregate.addKey(tfb, at: key) }
+            if friends != nil || declines {
+                let list = friends.map { $0.isEmpty ? [] : $0.split(separator: ",").map(String.init) }
+                for friend in list ?? [] where facts.mentions[friend].map({ key < $0 }) ?? true { facts.mentions[friend] = key }
+                aggregate.snapshot.apply(key: key, friends: list, declinesFriends: declines)
+                aggregate.hasSnapshot = true
+            }
+            facts.asids[asid] = aggregate
+        }
+        return facts
+    }
+
+    private func fold(devices sorted: inout [DeviceRow], into out: inout PartitionOutput) {
+        sorted.sort { a, b in
+            if a.hash != b.hash { return a.hash < b.hash }
+            if a.app != b.app { return a.app < b.app }
+            if a.device != b.device { return a.device < b.device }
+            return a.fact.key < b.fact.key
+        }
+        var start = 0
+        while start < sorted.count {
+            let first = sorted[start]
+            var end = start + 1
+            while end < sorted.count, sorted[end].hash == first.hash, sorted[end].app == first.app, sorted[end].device == first.device { end += 1 }
+            var state = DeviceState()
+            var spans: [LimitedSpan] = []
+            for row in sorted[start..<end] {
+                let (closed, opened) = state.apply(row.fact)
+                if let closed { spans[spans.count - 1] = closed }
+                if let opened { spans.append(opened) }
+            }
+            out.devices.append((first.app, first.device, state, spans))
+            start = end
+        }
+        sorted = []
+    }
+
+    private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
+        for (asid, aggregate) in asids {
+            out.asids.append((asid, aggregate.firstLogin))
+            for (key, first) in aggregate.keys { out.asidKeys.append((asid, key, first)) }
+            guard aggregate.hasSnapshot else { continue }
+            out.snapshots.append((asid, aggregate.snapshot))
+            for friend in aggregate.snapshot.effective {
+                let edge = asid < friend ? EdgeKey(a: asid, b: friend) : EdgeKey(a: friend, b: asid)
+                var sides = out.edges[edge] ?? (false, false)
+                if asid == edge.a { sides.byA = true } else { sides.byB = true }
+                out.edges[edge] = sides
+            }
+        }
+    }
+}
+
+struct EdgeKey: Hashable {
+    var a: String
+    var b: String
+}
+
+/// The rows one partition contributes. Devices and ASIDs belong to exactly one partition;
+/// edges and mentions can be contributed by several, so with more than one partition they
+/// are merged into what earlier partitions loaded.
+private struct PartitionOutput {
+    let merging: Bool
+    var devices: [(app: String, device: String, state: DeviceState, spans: [LimitedSpan])] = []
+    var asids: [(asid: String, first: EventKey)] = []
+    var asidKeys: [(asid: String, key: String, first: EventKey)] = []
+    var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
+    var edges: [EdgeKey: (byA: Bool, byB: Bool)] = [:]
+    var mentions: [String: EventKey] = [:]
+
+    init(merging: Bool) { self.merging = merging }
+
+    func write(_ db: Database, _ t: ProjectionTables) throws {
+        let device = try BulkStatement(db, """
+            INSERT INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
+                logins, logouts, anomalies, last_login_tracking, logout_since_login)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        let span = try BulkStatement(db, """
+            INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """)
+        for d in devices.sorted(by: { ($0.app, $0.device) < ($1.app, $1.device) }) {
+            let s = d.state
+            try device.run {
+                $0.add(d.app); $0.add(d.device); $0.add(s.mode.rawValue); $0.add(s.asid)
+                $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
+                $0.add(Int64(s.logins)); $0.add(Int64(s.logouts)); $0.add(Int64(s.anomalies))
+                $0.add(s.lastLoginTracking?.rawValue); $0.add(Int64(s.logoutSinceLastLogin ? 1 : 0))
+            }
+            for x in d.spans {
+                try span.run {
+                    $0.add(d.app); $0.add(d.device); $0.add(x.from.at); $0.add(x.from.eventID)
+                    $0.add(x.to?.at); $0.add(x.to?.eventID); $0.add(x.asid)
+                }
+            }
+        }
+        let member = try BulkStatement(db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
+        for m in asids.sorted(by: { $0.asid < $1.asid }) {
+            try member.run { $0.add(m.asid); $0.add(m.first.at); $0.add(m.first.eventID); $0.add("u:" + m.asid) }
+        }
+        let link = try BulkStatement(db, "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
+        for k in asidKeys.sorted(by: { ($0.asid, $0.key) < ($1.asid, $1.key) }) {
+            try link.run { $0.add(k.asid); $0.add(k.key); $0.add(k.first.at); $0.add(k.first.eventID) }
+        }
+        let snapshot = try BulkStatement(db, """
+            INSERT INTO \(t.snapshots) (asid, listed_at, listed_event, friends, declined_at, declined_event) VALUES (?, ?, ?, ?, ?, ?)
+            """)
+        for (asid, s) in snapshots.sorted(by: { $0.asid < $1.asid }) {
+            try snapshot.run {
+                $0.add(asid); $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
+                $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID)
+            }
+        }
+        let edge = try BulkStatement(db, """
+            INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)
+            \(merging ? "ON CONFLICT(a, b) DO UPDATE SET by_a = max(by_a, excluded.by_a), by_b = max(by_b, excluded.by_b)" : "")
+            """)
+        for (key, sides) in edges.sorted(by: { ($0.key.a, $0.key.b) < ($1.key.a, $1.key.b) }) {
+            try edge.run { $0.add(key.a); $0.add(key.b); $0.add(Int64(sides.byA ? 1 : 0)); $0.add(Int64(sides.byB ? 1 : 0)) }
+        }
+        let mention = try BulkStatement(db, """
+            INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
+            \(merging ? """
+                ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
+                WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
+                """ : "")
+            """)
+        for (asid, first) in mentions.sorted(by: { $0.key < $1.key }) {
+            try mention.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }
+        }
+    }
+}
+
+/// Runs `a` on the calling thread (so it may use the caller's database connection) while
+/// `b` runs on another thread; returns both results.
+func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
+    let results = ConcurrentResults<A, B>()
+    let work = ConcurrentWork(b: b)
+    let finished = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+        results.b = Result { try work.b() }
+        finished.signal()
+    }
+    let resultA = Result { try a() }
+    finished.wait()
+    return (try resultA.get(), try results.b!.get())
+}
+
+/// `b`'s result, written by its thread and read after it finished.
+private final class ConcurrentResults<A, B>: @unchecked Sendable {
+    var b: Result<B, any Error>?
+}
+
+private struct ConcurrentWork<B>: @unchecked Sendable {
+    let b: () throws -> B
+}
