@@ -38,7 +38,7 @@ public struct FileIngestor: Sendable {
     /// Verifies `id_token`s of limited logins when set (`--jwks`).
     public var tokens: TokenVerifier?
 
-    public init(store: EventStore, batchSize: Int = 8000, tokens: TokenVerifier? = nil) {
+    public init(store: EventStore, batchSize: Int = 16000, tokens: TokenVerifier? = nil) {
         self.store = store
         self.batchSize = batchSize
         self.tokens = tokens

@@ -16,6 +16,12 @@ struct BulkStatement {
         statement = try db.makeStatement(sql: sql)
     }
 
+    /// The connection's cached statement for `sql` (hot paths prepare once per connection).
+    init(cached db: Database, _ sql: String) throws {
+        self.db = db
+        statement = try db.cachedStatement(sql: sql)
+    }
+
     /// Binds the values `bind` adds (in parameter order), runs the statement to completion
     /// and resets it for the next row.
     func run(_ bind: (inout Binder) -> Void) throws {
@@ -39,6 +45,17 @@ struct BulkStatement {
         }
     }
 
+    /// Runs a query and maps its first row, if any.
+    func first<T>(_ bind: (inout Binder) -> Void, _ map: (Reader) throws -> T) throws -> T? {
+        var binder = Binder(handle: handle)
+        bind(&binder)
+        defer { sqlite3_reset(handle) }
+        let code = sqlite3_step(handle)
+        if code == SQLITE_DONE { return nil }
+        guard code == SQLITE_ROW else { throw failure(code) }
+        return try map(Reader(handle: handle))
+    }
+
     private func failure(_ code: Int32) -> DatabaseError {
         DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: statement.sql)
     }
@@ -55,6 +72,10 @@ struct BulkStatement {
             sqlite3_bind_int64(handle, index, value)
             index += 1
         }
+
+        mutating func add(_ value: Int) { add(Int64(value)) }
+
+        mutating func add(_ value: Bool) { add(Int64(value ? 1 : 0)) }
 
         mutating func add(_ value: Int64?) {
             if let value { sqlite3_bind_int64(handle, index, value) } else { sqlite3_bind_null(handle, index) }

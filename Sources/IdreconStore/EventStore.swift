@@ -105,7 +105,7 @@ public final class EventStore: Sendable {
             let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
             // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
             // and only when it changed nothing look up which key was taken.
-            let insertEvent = try db.cachedStatement(sql: """
+            let insertEvent = try BulkStatement(cached: db, """
                 INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
                     device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
@@ -146,13 +146,15 @@ public final class EventStore: Sendable {
                 case let .success(e):
                     event = e
                 }
-                let columns = EventColumns(event)
-                try insertEvent.execute(arguments: [
-                    event.eventID, event.type.rawValue, event.occurredAt, event.appID, event.deviceID, event.asid,
-                    event.type == .login ? event.tracking?.rawValue : nil, event.nonce, event.canonicalPayload,
-                    columns.deviceKey, columns.asidKey, columns.linkEmail, columns.linkTFB, columns.friends,
-                    columns.declinesFriends ? 1 : 0, try sourceID(record.origin.source), record.origin.position,
-                ])
+                let columns = record.columns ?? EventColumns(event)
+                let source = try sourceID(record.origin.source)
+                try insertEvent.run {
+                    $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
+                    $0.add(event.deviceID); $0.add(event.asid); $0.add(event.type == .login ? event.tracking?.rawValue : nil)
+                    $0.add(event.nonce); $0.add(event.canonicalPayload); $0.add(columns.deviceKey); $0.add(columns.asidKey)
+                    $0.add(columns.linkEmail); $0.add(columns.linkTFB); $0.add(columns.friends); $0.add(columns.declinesFriends)
+                    $0.add(source); $0.add(record.origin.position)
+                }
                 let inserted = db.changesCount == 1
                 let seq = db.lastInsertedRowID
                 if let id = record.quarantineID, try inserted || String.fetchOne(findEvent, arguments: [event.eventID]) == event.canonicalPayload {

@@ -98,16 +98,25 @@ struct ProjectionUpdater {
 
     private func updateDevices(_ facts: [ProjectionFact]) throws {
         let t = tables
-        let load = try db.cachedStatement(sql: "SELECT * FROM \(t.devices) WHERE app_id = ? AND device_id = ?")
-        let closeSpan = try db.cachedStatement(sql: """
+        let load = try BulkStatement(cached: db, """
+            SELECT mode, asid, first_at, first_event, last_at, last_event, logins, logouts, anomalies,
+                last_login_tracking, logout_since_login
+            FROM \(t.devices) WHERE app_id = ? AND device_id = ?
+            """)
+        let closeSpan = try BulkStatement(cached: db, """
             UPDATE \(t.spans) SET to_at = ?, to_event = ? WHERE app_id = ? AND device_id = ? AND from_at = ? AND from_event = ?
             """)
-        let openSpan = try db.cachedStatement(sql: """
+        let openSpan = try BulkStatement(cached: db, """
             INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """)
+        let save = try BulkStatement(cached: db, """
+            INSERT OR REPLACE INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
+                logins, logouts, anomalies, last_login_tracking, logout_since_login)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         for (device, list) in Dictionary(grouping: facts, by: { DeviceID(app: $0.appID, device: $0.deviceID) }) {
             let sorted = list.sorted { $0.key < $1.key }
-            var state = try Row.fetchOne(load, arguments: [device.app, device.device]).map(Self.deviceState) ?? DeviceState()
+            var state = try load.first({ $0.add(device.app); $0.add(device.device) }, Self.deviceState) ?? DeviceState()
             if let last = state.last, sorted[0].key < last {
                 // A late event: fold the device again from the log.
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
@@ -118,42 +127,48 @@ struct ProjectionUpdater {
                 state = folded
                 try db.cachedStatement(sql: "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?").execute(arguments: [device.app, device.device])
                 for span in spans {
-                    try openSpan.execute(arguments: [device.app, device.device, span.from.at, span.from.eventID, span.to?.at, span.to?.eventID, span.asid])
+                    try openSpan.run {
+                        $0.add(device.app); $0.add(device.device); $0.add(span.from.at); $0.add(span.from.eventID)
+                        $0.add(span.to?.at); $0.add(span.to?.eventID); $0.add(span.asid)
+                    }
                 }
             } else {
                 for fact in sorted {
                     let (closed, opened) = state.apply(fact.deviceFact)
                     if let closed, let to = closed.to {
-                        try closeSpan.execute(arguments: [to.at, to.eventID, device.app, device.device, closed.from.at, closed.from.eventID])
+                        try closeSpan.run {
+                            $0.add(to.at); $0.add(to.eventID); $0.add(device.app); $0.add(device.device)
+                            $0.add(closed.from.at); $0.add(closed.from.eventID)
+                        }
                     }
                     if let opened {
-                        try openSpan.execute(arguments: [device.app, device.device, opened.from.at, opened.from.eventID, nil, nil, opened.asid])
+                        try openSpan.run {
+                            $0.add(device.app); $0.add(device.device); $0.add(opened.from.at); $0.add(opened.from.eventID)
+                            $0.add(nil as Int64?); $0.add(nil as String?); $0.add(opened.asid)
+                        }
                     }
                 }
             }
-            try db.cachedStatement(sql: """
-                INSERT OR REPLACE INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
-                    logins, logouts, anomalies, last_login_tracking, logout_since_login)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute(arguments: [
-                    device.app, device.device, state.mode.rawValue, state.asid, state.first!.at, state.first!.eventID,
-                    state.last!.at, state.last!.eventID, state.logins, state.logouts, state.anomalies,
-                    state.lastLoginTracking?.rawValue, state.logoutSinceLastLogin ? 1 : 0,
-                ])
+            try save.run {
+                $0.add(device.app); $0.add(device.device); $0.add(state.mode.rawValue); $0.add(state.asid)
+                $0.add(state.first!.at); $0.add(state.first!.eventID); $0.add(state.last!.at); $0.add(state.last!.eventID)
+                $0.add(state.logins); $0.add(state.logouts); $0.add(state.anomalies)
+                $0.add(state.lastLoginTracking?.rawValue); $0.add(state.logoutSinceLastLogin)
+            }
         }
     }
 
-    static func deviceState(_ row: Row) -> DeviceState {
+    static func deviceState(_ row: BulkStatement.Reader) -> DeviceState {
         var s = DeviceState()
-        s.mode = DeviceMode(rawValue: row["mode"]) ?? .loggedOut
-        s.asid = row["asid"]
-        s.first = EventKey(at: row["first_at"], eventID: row["first_event"])
-        s.last = EventKey(at: row["last_at"], eventID: row["last_event"])
-        s.logins = row["logins"]
-        s.logouts = row["logouts"]
-        s.anomalies = row["anomalies"]
-        s.lastLoginTracking = (row["last_login_tracking"] as String?).flatMap(Tracking.init)
-        s.logoutSinceLastLogin = row["logout_since_login"] == 1
+        s.mode = DeviceMode(rawValue: row.string(0)) ?? .loggedOut
+        s.asid = row.optionalString(1)
+        s.first = EventKey(at: row.int(2), eventID: row.string(3))
+        s.last = EventKey(at: row.int(4), eventID: row.string(5))
+        s.logins = Int(row.int(6))
+        s.logouts = Int(row.int(7))
+        s.anomalies = Int(row.int(8))
+        s.lastLoginTracking = row.optionalString(9).flatMap(Tracking.init)
+        s.logoutSinceLastLogin = row.int(10) == 1
         return s
     }
 
@@ -161,14 +176,16 @@ struct ProjectionUpdater {
 
     private func updateIdentities(_ facts: [ProjectionFact]) throws {
         let t = tables
-        let loadMember = try db.cachedStatement(sql: "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
-        let insertMember = try db.cachedStatement(sql: "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
-        let moveFirstLogin = try db.cachedStatement(sql: "UPDATE \(t.asids) SET first_login_at = ?, first_login_event = ? WHERE asid = ?")
-        let loadLink = try db.cachedStatement(sql: "SELECT first_at, first_event FROM \(t.asidKeys) WHERE asid = ? AND key = ?")
-        let insertLink = try db.cachedStatement(sql: "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
-        let moveLink = try db.cachedStatement(sql: "UPDATE \(t.asidKeys) SET first_at = ?, first_event = ? WHERE asid = ? AND key = ?")
-        let loadKey = try db.cachedStatement(sql: "SELECT asids, ambiguous FROM \(t.linkKeys) WHERE key = ?")
-        let saveKey = try db.cachedStatement(sql: "INSERT OR REPLACE INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+        let loadMember = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
+        let insertMember = try BulkStatement(cached: db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
+        let moveFirstLogin = try BulkStatement(cached: db, "UPDATE \(t.asids) SET first_login_at = ?, first_login_event = ? WHERE asid = ?")
+        let loadLink = try BulkStatement(cached: db, "SELECT first_at, first_event FROM \(t.asidKeys) WHERE asid = ? AND key = ?")
+        let insertLink = try BulkStatement(cached: db, "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
+        let moveLink = try BulkStatement(cached: db, "UPDATE \(t.asidKeys) SET first_at = ?, first_event = ? WHERE asid = ? AND key = ?")
+        let loadKey = try BulkStatement(cached: db, "SELECT asids, ambiguous FROM \(t.linkKeys) WHERE key = ?")
+        let saveKey = try BulkStatement(cached: db, "INSERT OR REPLACE INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+        let asidsOfKey = try BulkStatement(cached: db, "SELECT asid FROM \(t.asidKeys) WHERE key = ?")
+        func eventKey(_ row: BulkStatement.Reader) -> EventKey { EventKey(at: row.int(0), eventID: row.string(1)) }
 
         // Batch-level folding first: one read and at most one write per ASID and per link.
         var firstLogins: [String: EventKey] = [:]
@@ -182,32 +199,32 @@ struct ProjectionUpdater {
         }
         var dirty: Set<String> = []
         for (asid, first) in firstLogins.sorted(by: { $0.key < $1.key }) {
-            if let row = try Row.fetchOne(loadMember, arguments: [asid]) {
-                if first < EventKey(at: row[0], eventID: row[1]) {
-                    try moveFirstLogin.execute(arguments: [first.at, first.eventID, asid])
+            if let stored = try loadMember.first({ $0.add(asid) }, eventKey) {
+                if first < stored {
+                    try moveFirstLogin.run { $0.add(first.at); $0.add(first.eventID); $0.add(asid) }
                     dirty.insert(asid)
                 }
             } else {
-                try insertMember.execute(arguments: [asid, first.at, first.eventID, "u:" + asid])
+                try insertMember.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID); $0.add("u:" + asid) }
                 dirty.insert(asid)
             }
         }
         for (asid, keys) in links.sorted(by: { $0.key < $1.key }) {
             for (key, first) in keys.sorted(by: { $0.key < $1.key }) {
-                if let row = try Row.fetchOne(loadLink, arguments: [asid, key]) {
-                    if first < EventKey(at: row[0], eventID: row[1]) {
-                        try moveLink.execute(arguments: [first.at, first.eventID, asid, key])
+                if let stored = try loadLink.first({ $0.add(asid); $0.add(key) }, eventKey) {
+                    if first < stored {
+                        try moveLink.run { $0.add(first.at); $0.add(first.eventID); $0.add(asid); $0.add(key) }
                     }
                     continue
                 }
-                try insertLink.execute(arguments: [asid, key, first.at, first.eventID])
-                let stored = try Row.fetchOne(loadKey, arguments: [key])
-                let count = (stored?["asids"] as Int? ?? 0) + 1
-                let before = stored.flatMap { KeyAmbiguity(rawValue: $0["ambiguous"]) }
+                try insertLink.run { $0.add(asid); $0.add(key); $0.add(first.at); $0.add(first.eventID) }
+                let stored = try loadKey.first({ $0.add(key) }) { (asids: Int($0.int(0)), ambiguous: Int($0.int(1))) }
+                let count = (stored?.asids ?? 0) + 1
+                let before = stored.flatMap { KeyAmbiguity(rawValue: $0.ambiguous) }
                 let after = config.ambiguity(key: key, asids: count, blocked: blocked)
-                try saveKey.execute(arguments: [key, count, after?.rawValue ?? 0])
+                try saveKey.run { $0.add(key); $0.add(count); $0.add(after?.rawValue ?? 0) }
                 if before != after {
-                    dirty.formUnion(try String.fetchAll(db.cachedStatement(sql: "SELECT asid FROM \(t.asidKeys) WHERE key = ?"), arguments: [key]))
+                    try asidsOfKey.each({ $0.add(key) }) { dirty.insert($0.string(0)) }
                 } else if after == nil {
                     dirty.insert(asid)
                 }
@@ -219,27 +236,30 @@ struct ProjectionUpdater {
     /// Recomputes `user_id` for the components containing `asids`.
     func recomputeComponents(_ asids: Set<String>) throws {
         let t = tables
-        let keysOf = try db.cachedStatement(sql: """
+        let keysOf = try BulkStatement(cached: db, """
             SELECT k.key FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key WHERE k.asid = ? AND l.ambiguous = 0
             """)
-        let asidsOf = try db.cachedStatement(sql: "SELECT asid FROM \(t.asidKeys) WHERE key = ?")
-        let member = try db.cachedStatement(sql: "SELECT first_login_at, first_login_event, user_id FROM \(t.asids) WHERE asid = ?")
-        let setUser = try db.cachedStatement(sql: "UPDATE \(t.asids) SET user_id = ? WHERE asid = ?")
+        let asidsOf = try BulkStatement(cached: db, "SELECT asid FROM \(t.asidKeys) WHERE key = ?")
+        let member = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event, user_id FROM \(t.asids) WHERE asid = ?")
+        let setUser = try BulkStatement(cached: db, "UPDATE \(t.asids) SET user_id = ? WHERE asid = ?")
+        func strings(_ statement: BulkStatement, _ value: String) throws -> [String] {
+            var result: [String] = []
+            try statement.each({ $0.add(value) }) { result.append($0.string(0)) }
+            return result
+        }
         var done: Set<String> = []
         for start in asids.sorted() where !done.contains(start) {
             let component = try IdentityRules.component(
-                of: start,
-                keysOf: { try String.fetchAll(keysOf, arguments: [$0]) },
-                asidsOf: { try String.fetchAll(asidsOf, arguments: [$0]) })
+                of: start, keysOf: { try strings(keysOf, $0) }, asidsOf: { try strings(asidsOf, $0) })
             done.formUnion(component)
             var members: [(asid: String, firstLogin: EventKey, userID: String)] = []
             for asid in component {
-                guard let row = try Row.fetchOne(member, arguments: [asid]) else { continue }
-                members.append((asid, EventKey(at: row[0], eventID: row[1]), row[2]))
+                guard let m = try member.first({ $0.add(asid) }, { (EventKey(at: $0.int(0), eventID: $0.string(1)), $0.string(2)) }) else { continue }
+                members.append((asid, m.0, m.1))
             }
             guard !members.isEmpty else { continue }
             let userID = IdentityRules.userID(members: members.map { ($0.asid, $0.firstLogin) })
-            for m in members where m.userID != userID { try setUser.execute(arguments: [userID, m.asid]) }
+            for m in members where m.userID != userID { try setUser.run { $0.add(userID); $0.add(m.asid) } }
         }
     }
 
@@ -247,11 +267,11 @@ struct ProjectionUpdater {
 
     private func updateFriends(_ facts: [ProjectionFact]) throws {
         let t = tables
-        let load = try db.cachedStatement(sql: "SELECT * FROM \(t.snapshots) WHERE asid = ?")
-        let save = try db.cachedStatement(sql: """
+        let load = try BulkStatement(cached: db, "SELECT listed_at, listed_event, friends, declined_at, declined_event FROM \(t.snapshots) WHERE asid = ?")
+        let save = try BulkStatement(cached: db, """
             INSERT OR REPLACE INTO \(t.snapshots) (asid, listed_at, listed_event, friends, declined_at, declined_event) VALUES (?, ?, ?, ?, ?, ?)
             """)
-        let mention = try db.cachedStatement(sql: """
+        let mention = try BulkStatement(cached: db, """
             INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
             ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
             WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
@@ -264,26 +284,25 @@ struct ProjectionUpdater {
             for friend in fact.friends ?? [] where mentions[friend].map({ fact.key < $0 }) ?? true { mentions[friend] = fact.key }
         }
         for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) {
-            try mention.execute(arguments: [friend, first.at, first.eventID])
+            try mention.run { $0.add(friend); $0.add(first.at); $0.add(first.eventID) }
         }
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
-            var snapshot = FriendSnapshot()
-            if let row = try Row.fetchOne(load, arguments: [asid]) {
-                snapshot = FriendSnapshot(
-                    listedAt: (row["listed_at"] as Int64?).map { EventKey(at: $0, eventID: row["listed_event"]) },
-                    friends: (row["friends"] as String).split(separator: ",").map(String.init),
-                    declinedAt: (row["declined_at"] as Int64?).map { EventKey(at: $0, eventID: row["declined_event"]) })
-            }
+            var snapshot = try load.first({ $0.add(asid) }) { row in
+                FriendSnapshot(
+                    listedAt: row.isNull(0) ? nil : EventKey(at: row.int(0), eventID: row.string(1)),
+                    friends: row.string(2).split(separator: ",").map(String.init),
+                    declinedAt: row.isNull(3) ? nil : EventKey(at: row.int(3), eventID: row.string(4)))
+            } ?? FriendSnapshot()
             let before = snapshot.effective
             var changed = false
             for fact in list {
                 changed = snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) || changed
             }
             guard changed else { continue }
-            try save.execute(arguments: [
-                asid, snapshot.listedAt?.at, snapshot.listedAt?.eventID, snapshot.friends.joined(separator: ","),
-                snapshot.declinedAt?.at, snapshot.declinedAt?.eventID,
-            ])
+            try save.run {
+                $0.add(asid); $0.add(snapshot.listedAt?.at); $0.add(snapshot.listedAt?.eventID)
+                $0.add(snapshot.friends.joined(separator: ",")); $0.add(snapshot.declinedAt?.at); $0.add(snapshot.declinedAt?.eventID)
+            }
             let after = snapshot.effective
             for friend in before.subtracting(after).sorted() { try setEdge(from: asid, to: friend, on: false) }
             for friend in after.subtracting(before).sorted() { try setEdge(from: asid, to: friend, on: true) }
@@ -296,13 +315,13 @@ struct ProjectionUpdater {
         let (a, b) = from < to ? (from, to) : (to, from)
         let mine = from == a ? "by_a" : "by_b", theirs = from == a ? "by_b" : "by_a"
         if on {
-            try db.cachedStatement(sql: """
+            try BulkStatement(cached: db, """
                 INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?) ON CONFLICT(a, b) DO UPDATE SET \(mine) = 1
-                """).execute(arguments: [a, b, from == a ? 1 : 0, from == a ? 0 : 1])
-        } else if try Int.fetchOne(db.cachedStatement(sql: "SELECT \(theirs) FROM \(t.edges) WHERE a = ? AND b = ?"), arguments: [a, b]) == 1 {
-            try db.cachedStatement(sql: "UPDATE \(t.edges) SET \(mine) = 0 WHERE a = ? AND b = ?").execute(arguments: [a, b])
+                """).run { $0.add(a); $0.add(b); $0.add(from == a); $0.add(from != a) }
+        } else if try BulkStatement(cached: db, "SELECT \(theirs) FROM \(t.edges) WHERE a = ? AND b = ?").first({ $0.add(a); $0.add(b) }, { $0.int(0) }) == 1 {
+            try BulkStatement(cached: db, "UPDATE \(t.edges) SET \(mine) = 0 WHERE a = ? AND b = ?").run { $0.add(a); $0.add(b) }
         } else {
-            try db.cachedStatement(sql: "DELETE FROM \(t.edges) WHERE a = ? AND b = ?").execute(arguments: [a, b])
+            try BulkStatement(cached: db, "DELETE FROM \(t.edges) WHERE a = ? AND b = ?").run { $0.add(a); $0.add(b) }
         }
     }
 }

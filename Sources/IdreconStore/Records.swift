@@ -21,14 +21,25 @@ public struct RecordOrigin: Sendable, Equatable {
 public struct IncomingRecord: Sendable {
     public var raw: [UInt8]
     public var origin: RecordOrigin
-    public var validation: Result<LoginEvent, Rejection>
+    public var validation: Result<LoginEvent, Rejection> {
+        didSet { columns = Self.columns(validation) }
+    }
     /// Set when this record is a quarantine entry being retried.
     public var quarantineID: Int64?
+    /// The valid event's derived columns, computed where the record is validated (off
+    /// the single writer).
+    private(set) var columns: EventColumns?
 
     public init(raw: [UInt8], origin: RecordOrigin) {
         self.raw = raw
         self.origin = origin
         self.validation = EventValidator.validate(raw)
+        columns = Self.columns(validation)
+    }
+
+    private static func columns(_ validation: Result<LoginEvent, Rejection>) -> EventColumns? {
+        if case let .success(event) = validation { return EventColumns(event) }
+        return nil
     }
 
     /// A record validated by the caller (e.g. a quarantine entry being retried).
@@ -37,6 +48,7 @@ public struct IncomingRecord: Sendable {
         self.origin = origin
         self.validation = validation
         self.quarantineID = quarantineID
+        columns = Self.columns(validation)
     }
 }
 
