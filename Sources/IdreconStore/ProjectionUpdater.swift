@@ -109,14 +109,20 @@ struct ProjectionUpdater {
         let openSpan = try BulkStatement(cached: db, """
             INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
             """)
-        let save = try BulkStatement(cached: db, """
-            INSERT OR REPLACE INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
-                logins, logouts, anomalies, last_login_tracking, logout_since_login)
+        let insert = try BulkStatement(cached: db, """
+            INSERT INTO \(t.devices) (mode, asid, first_at, first_event, last_at, last_event,
+                logins, logouts, anomalies, last_login_tracking, logout_since_login, app_id, device_id)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        let update = try BulkStatement(cached: db, """
+            UPDATE \(t.devices) SET mode = ?, asid = ?, first_at = ?, first_event = ?, last_at = ?, last_event = ?,
+                logins = ?, logouts = ?, anomalies = ?, last_login_tracking = ?, logout_since_login = ?
+            WHERE app_id = ? AND device_id = ?
             """)
         for (device, list) in Dictionary(grouping: facts, by: { DeviceID(app: $0.appID, device: $0.deviceID) }) {
             let sorted = list.sorted { $0.key < $1.key }
-            var state = try load.first({ $0.add(device.app); $0.add(device.device) }, Self.deviceState) ?? DeviceState()
+            let stored = try load.first({ $0.add(device.app); $0.add(device.device) }, Self.deviceState)
+            var state = stored ?? DeviceState()
             if let last = state.last, sorted[0].key < last {
                 // A late event: fold the device again from the log.
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
@@ -149,11 +155,12 @@ struct ProjectionUpdater {
                     }
                 }
             }
-            try save.run {
-                $0.add(device.app); $0.add(device.device); $0.add(state.mode.rawValue); $0.add(state.asid)
+            try (stored == nil ? insert : update).run {
+                $0.add(state.mode.rawValue); $0.add(state.asid)
                 $0.add(state.first!.at); $0.add(state.first!.eventID); $0.add(state.last!.at); $0.add(state.last!.eventID)
                 $0.add(state.logins); $0.add(state.logouts); $0.add(state.anomalies)
                 $0.add(state.lastLoginTracking?.rawValue); $0.add(state.logoutSinceLastLogin)
+                $0.add(device.app); $0.add(device.device)
             }
         }
     }
@@ -268,8 +275,11 @@ struct ProjectionUpdater {
     private func updateFriends(_ facts: [ProjectionFact]) throws {
         let t = tables
         let load = try BulkStatement(cached: db, "SELECT listed_at, listed_event, friends, declined_at, declined_event FROM \(t.snapshots) WHERE asid = ?")
-        let save = try BulkStatement(cached: db, """
-            INSERT OR REPLACE INTO \(t.snapshots) (asid, listed_at, listed_event, friends, declined_at, declined_event) VALUES (?, ?, ?, ?, ?, ?)
+        let insert = try BulkStatement(cached: db, """
+            INSERT INTO \(t.snapshots) (listed_at, listed_event, friends, declined_at, declined_event, asid) VALUES (?, ?, ?, ?, ?, ?)
+            """)
+        let update = try BulkStatement(cached: db, """
+            UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
             """)
         let mention = try BulkStatement(cached: db, """
             INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
@@ -287,21 +297,22 @@ struct ProjectionUpdater {
             try mention.run { $0.add(friend); $0.add(first.at); $0.add(first.eventID) }
         }
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
-            var snapshot = try load.first({ $0.add(asid) }) { row in
+            let stored = try load.first({ $0.add(asid) }) { row in
                 FriendSnapshot(
                     listedAt: row.isNull(0) ? nil : EventKey(at: row.int(0), eventID: row.string(1)),
                     friends: row.string(2).split(separator: ",").map(String.init),
                     declinedAt: row.isNull(3) ? nil : EventKey(at: row.int(3), eventID: row.string(4)))
-            } ?? FriendSnapshot()
+            }
+            var snapshot = stored ?? FriendSnapshot()
             let before = snapshot.effective
             var changed = false
             for fact in list {
                 changed = snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) || changed
             }
             guard changed else { continue }
-            try save.run {
-                $0.add(asid); $0.add(snapshot.listedAt?.at); $0.add(snapshot.listedAt?.eventID)
-                $0.add(snapshot.friends.joined(separator: ",")); $0.add(snapshot.declinedAt?.at); $0.add(snapshot.declinedAt?.eventID)
+            try (stored == nil ? insert : update).run {
+                $0.add(snapshot.listedAt?.at); $0.add(snapshot.listedAt?.eventID); $0.add(snapshot.friends.joined(separator: ","))
+                $0.add(snapshot.declinedAt?.at); $0.add(snapshot.declinedAt?.eventID); $0.add(asid)
             }
             let after = snapshot.effective
             for friend in before.subtracting(after).sorted() { try setEdge(from: asid, to: friend, on: false) }
