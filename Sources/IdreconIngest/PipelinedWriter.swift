@@ -5,7 +5,7 @@ import IdreconStore
 /// Commits validated batches on a background queue so that reading and validating the
 /// next batch overlaps with writing this one. At most `depth` batches are in flight;
 /// the first failure stops further writes and is rethrown to the submitter.
-final class PipelinedWriter: @unchecked Sendable {
+public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let queue = DispatchQueue(label: "idrecon.ingest.writer")
     private let slots: DispatchSemaphore
@@ -14,13 +14,13 @@ final class PipelinedWriter: @unchecked Sendable {
     private var failure: StoreError?
     private var committed: (position: Int64, records: Int64)?
 
-    init(store: EventStore, depth: Int = 2) {
+    public init(store: EventStore, depth: Int = 2) {
         self.store = store
         self.slots = DispatchSemaphore(value: depth)
     }
 
     /// Queues one batch; blocks while `depth` batches are already in flight.
-    func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
+    public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
         try check()
         slots.wait()
         queue.async { [self] in
@@ -40,11 +40,15 @@ final class PipelinedWriter: @unchecked Sendable {
         }
     }
 
-    /// The last committed position (byte offset, records), for progress.
-    var lastCommitted: (position: Int64, records: Int64)? { lock.withLock { committed } }
+    /// The outcome of the batches committed so far, for progress.
+    public var committedOutcome: BatchOutcome { lock.withLock { outcome } }
 
-    /// Waits for every queued batch and returns the total outcome.
-    func finish() throws(IngestError) -> BatchOutcome {
+    /// The last committed position (byte offset, records), for progress.
+    public var lastCommitted: (position: Int64, records: Int64)? { lock.withLock { committed } }
+
+    /// Waits for every queued batch and returns the total outcome so far; the writer
+    /// stays usable.
+    public func finish() throws(IngestError) -> BatchOutcome {
         queue.sync {}
         try check()
         return lock.withLock { outcome }

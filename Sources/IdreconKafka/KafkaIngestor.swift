@@ -46,6 +46,10 @@ public final class KafkaIngestor: @unchecked Sendable {
     private var rk: OpaquePointer?
     private var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
     private var nextOffsets: [Int32: Int64] = [:]
+    /// Validation of the next batch overlaps the SQLite commit of this one (one in flight).
+    private let writer: PipelinedWriter
+    /// Offsets of the batch in flight, committed to Kafka (for lag only) once it is in SQLite.
+    private var inFlightOffsets: [Int32: Int64] = [:]
     private var assigned: Set<Int32> = []
     private var atEnd: Set<Int32> = []
     private var failure: (any Error)?
@@ -58,6 +62,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         self.store = store
         self.options = options
         self.logger = logger
+        writer = PipelinedWriter(store: store, depth: 1)
     }
 
     static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
@@ -110,7 +115,7 @@ public final class KafkaIngestor: @unchecked Sendable {
                 }
                 if options.exitAtEnd, !assigned.isEmpty, assigned.isSubset(of: atEnd), pending.isEmpty { break }
             }
-            try flush()
+            try drain()
         } catch {
             rd_kafka_consumer_close(rk)
             throw error
@@ -145,28 +150,35 @@ public final class KafkaIngestor: @unchecked Sendable {
         }
     }
 
-    /// Commits the open batch: events, quarantine, projections and offsets in one transaction.
+    /// Hands the open batch to the writer: its events, quarantine, projections and offsets
+    /// commit in one transaction while the next batch is read and validated.
     private func flush() throws {
         guard !pending.isEmpty else { return }
         let records = BatchValidator.validate(pending, tokens: options.tokens)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
-        do {
-            summary.outcome.add(try store.append(records, positions: positions))
-        } catch {
-            throw IngestError(error.description)
-        }
+        try writer.submit(records, positions: positions) // waits for the batch before: it is committed now
+        if options.commitToKafka, let rk { commitToKafka(rk, inFlightOffsets) }
+        inFlightOffsets = nextOffsets
+        summary.outcome = writer.committedOutcome
         summary.batches += 1
-        logger.debug("batch committed", metadata: ["records": "\(pending.count)"])
+        logger.debug("batch submitted", metadata: ["records": "\(pending.count)"])
         pending.removeAll(keepingCapacity: true)
-        if options.commitToKafka, let rk { commitToKafka(rk) }
         nextOffsets.removeAll()
     }
 
-    private func commitToKafka(_ rk: OpaquePointer) {
-        guard !nextOffsets.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(nextOffsets.count)) else { return }
+    /// Commits the open batch and waits until everything handed to the writer is in SQLite.
+    private func drain() throws {
+        try flush()
+        summary.outcome = try writer.finish()
+        if options.commitToKafka, let rk { commitToKafka(rk, inFlightOffsets) }
+        inFlightOffsets.removeAll()
+    }
+
+    private func commitToKafka(_ rk: OpaquePointer, _ offsets: [Int32: Int64]) {
+        guard !offsets.isEmpty, let list = rd_kafka_topic_partition_list_new(Int32(offsets.count)) else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
-        for (partition, offset) in nextOffsets {
+        for (partition, offset) in offsets {
             rd_kafka_topic_partition_list_add(list, options.topic, partition)!.pointee.offset = offset
         }
         _ = rd_kafka_commit(rk, list, 1)
@@ -196,7 +208,7 @@ public final class KafkaIngestor: @unchecked Sendable {
             logger.info("assigned partitions", metadata: ["partitions": "\(described.joined(separator: " "))"])
             rd_kafka_assign(rk, partitions)
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            do { try flush() } catch { failure = error }
+            do { try drain() } catch { failure = error }
             logger.info("partitions revoked; open batch committed")
             rd_kafka_assign(rk, nil)
             assigned.removeAll()

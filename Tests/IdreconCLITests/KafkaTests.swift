@@ -120,8 +120,8 @@ struct Outcome: Equatable {
             let p = try startConsumer(cluster, topic: "t", db: db)
             // Kill only once this run has committed something, at a random moment after.
             let deadline = Date().addingTimeInterval(60)
-            while p.isRunning, storedOffsets(db) < consumed + 1500, Date() < deadline { usleep(20_000) }
-            usleep(UInt32(rng.next() % 400_000))
+            while p.isRunning, storedOffsets(db) < consumed + 500, Date() < deadline { usleep(10_000) }
+            usleep(UInt32(rng.next() % 150_000))
             if p.isRunning { kill(p.processIdentifier, SIGKILL); kills += 1 }
             p.waitUntilExit()
             consumed = storedOffsets(db)
