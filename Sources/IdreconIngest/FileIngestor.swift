@@ -38,7 +38,7 @@ public struct FileIngestor: Sendable {
     /// Verifies `id_token`s of limited logins when set (`--jwks`).
     public var tokens: TokenVerifier?
 
-    public init(store: EventStore, batchSize: Int = 16000, tokens: TokenVerifier? = nil) {
+    public init(store: EventStore, batchSize: Int = 64000, tokens: TokenVerifier? = nil) {
         self.store = store
         self.batchSize = batchSize
         self.tokens = tokens
@@ -84,9 +84,12 @@ public struct FileIngestor: Sendable {
         summary.resumedAt = startOffset
 
         var reader = LineReader(fd: fd, startOffset: startOffset)
-        let writer = PipelinedWriter(store: store)
+        let writer = PipelinedWriter(store: store, transactionRecords: batchSize)
+        // Validation works in chunks; the writer joins waiting chunks into transactions of
+        // up to `batchSize` records, so memory does not grow with the transaction size.
+        let chunkSize = min(batchSize, Self.chunkSize)
         var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
-        pending.reserveCapacity(batchSize)
+        pending.reserveCapacity(chunkSize)
         var lastOffset = startOffset
 
         func flush() throws(IngestError) {
@@ -108,7 +111,7 @@ public struct FileIngestor: Sendable {
                 continue
             }
             pending.append((Array(line), RecordOrigin(source: source, position: lineNumber)))
-            if pending.count >= batchSize { try flush() }
+            if pending.count >= chunkSize { try flush() }
         }
         // Always commit at the end so blank trailing lines advance the stored position too.
         if !pending.isEmpty || lastOffset != startOffset { try flush() }
@@ -116,6 +119,9 @@ public struct FileIngestor: Sendable {
         summary.bytes = lastOffset - startOffset
         return summary
     }
+
+    /// Records validated (and handed to the writer) at a time.
+    public static let chunkSize = 8000
 
     static func absolutePath(_ path: String) -> String {
         guard let resolved = realpath(path, nil) else { return path }

@@ -3,39 +3,62 @@ import Foundation
 import IdreconStore
 
 /// Commits validated batches on a background queue so that reading and validating the
-/// next batch overlaps with writing this one. At most `depth` batches are in flight;
-/// the first failure stops further writes and is rethrown to the submitter.
+/// next batch overlaps with writing this one. Batches waiting when the writer is free
+/// are appended in one transaction, up to `transactionRecords` records: the writer is
+/// the bottleneck, and bigger transactions write each page they dirty once. At most
+/// `depth` batches wait; a batch's memory goes once it is in the transaction. The first
+/// failure stops further writes and is rethrown to the submitter.
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
+    private let transactionRecords: Int
     private let queue = DispatchQueue(label: "idrecon.ingest.writer")
     private let slots: DispatchSemaphore
     private let lock = NSLock()
+    private var waiting: [(records: [IncomingRecord], positions: [ConsumedPosition])] = []
     private var outcome = BatchOutcome()
     private var failure: StoreError?
     private var committed: (position: Int64, records: Int64)?
 
-    public init(store: EventStore, depth: Int = 2) {
+    public init(store: EventStore, depth: Int = 2, transactionRecords: Int) {
         self.store = store
+        self.transactionRecords = transactionRecords
         self.slots = DispatchSemaphore(value: depth)
     }
 
-    /// Queues one batch; blocks while `depth` batches are already in flight.
+    /// Queues one batch; blocks while `depth` batches are already waiting.
     public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
         try check()
         slots.wait()
-        queue.async { [self] in
-            defer { slots.signal() }
-            guard lock.withLock({ failure == nil }) else { return }
-            let result: Result<BatchOutcome, StoreError>
-            do throws(StoreError) { result = .success(try store.append(records, positions: positions)) } catch { result = .failure(error) }
-            lock.withLock {
-                switch result {
-                case let .success(batch):
-                    outcome.add(batch)
-                    if let p = positions.first { committed = (p.position, p.records) }
-                case let .failure(error):
-                    failure = error
-                }
+        lock.withLock { waiting.append((records, positions)) }
+        queue.async { [self] in writeWaiting() }
+    }
+
+    /// Appends what is waiting (nothing if an earlier call took it) in one transaction.
+    private func writeWaiting() {
+        guard lock.withLock({ failure == nil && !waiting.isEmpty }) else { return }
+        var records = 0
+        var last: ConsumedPosition?
+        let result: Result<BatchOutcome, StoreError>
+        do throws(StoreError) {
+            result = .success(try store.appendBatches { [self] in
+                guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
+                slots.signal()
+                records += batch.records.count
+                last = batch.positions.first ?? last
+                return batch
+            })
+        } catch {
+            result = .failure(error)
+        }
+        lock.withLock {
+            switch result {
+            case let .success(batch):
+                outcome.add(batch)
+                if let last { committed = (last.position, last.records) }
+            case let .failure(error):
+                failure = error
+                for _ in waiting { slots.signal() } // unblock the submitter, which then sees the failure
+                waiting.removeAll()
             }
         }
     }

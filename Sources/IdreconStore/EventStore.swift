@@ -98,98 +98,111 @@ public final class EventStore: Sendable {
     /// with the projection updates (`updateProjections: false` is for benchmarking the
     /// raw append limit only: it leaves the projections behind the log until a replay).
     public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        return try write { db in
-            var outcome = BatchOutcome()
-            let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
-            let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
-            // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
-            // and only when it changed nothing look up which key was taken.
-            let insertEvent = try BulkStatement(cached: db, """
-                INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
-                    device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-                """)
-            let insertQuarantine = try db.cachedStatement(sql: """
-                INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """)
-            let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
-            let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
-            func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?) throws {
-                outcome.quarantined[rejection.code, default: 0] += 1
-                if let id = record.quarantineID {
-                    try requarantine.execute(arguments: [rejection.code.rawValue, rejection.message, id])
-                    return
-                }
-                try insertQuarantine.execute(arguments: [
-                    record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
-                    record.origin.key.map { Data($0) }, Data(record.raw), rejection.code.rawValue, rejection.message,
-                    eventID, now,
-                ])
-            }
-            var appended: [ProjectionFact] = []
-            var sourceIDs: [String: Int64] = [:]
-            func sourceID(_ name: String) throws -> Int64 {
-                if let id = sourceIDs[name] { return id }
-                try db.execute(sql: "INSERT INTO sources (name) VALUES (?) ON CONFLICT(name) DO NOTHING", arguments: [name])
-                let id = try Int64.fetchOne(db, sql: "SELECT id FROM sources WHERE name = ?", arguments: [name])!
-                sourceIDs[name] = id
-                return id
-            }
-            for record in records {
-                let event: LoginEvent
-                switch record.validation {
-                case let .failure(rejection):
-                    try quarantine(record, rejection, eventID: Self.bestEffortEventID(record.raw))
-                    continue
-                case let .success(e):
-                    event = e
-                }
-                let columns = record.columns ?? EventColumns(event)
-                let source = try sourceID(record.origin.source)
-                try insertEvent.run {
-                    $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
-                    $0.add(event.deviceID); $0.add(event.asid); $0.add(event.type == .login ? event.tracking?.rawValue : nil)
-                    $0.add(event.nonce); $0.add(event.canonicalPayload); $0.add(columns.deviceKey); $0.add(columns.asidKey)
-                    $0.add(columns.linkEmail); $0.add(columns.linkTFB); $0.add(columns.friends); $0.add(columns.declinesFriends)
-                    $0.add(source); $0.add(record.origin.position)
-                }
-                let inserted = db.changesCount == 1
-                let seq = db.lastInsertedRowID
-                if let id = record.quarantineID, try inserted || String.fetchOne(findEvent, arguments: [event.eventID]) == event.canonicalPayload {
-                    try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
-                }
-                if inserted {
-                    outcome.appended += 1
-                    appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
-                } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
-                    // A re-delivered event of a forgotten ASID matches its scrubbed form.
-                    let scrubbedMatch = { () throws -> Bool in
-                        try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0 == existing
-                    }
-                    if try existing == event.canonicalPayload || scrubbedMatch() {
-                        outcome.duplicates += 1
-                    } else {
-                        try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)
-                    }
-                } else {
-                    let other = try String.fetchOne(findNonce, arguments: [event.appID, event.nonce]) ?? "?"
-                    try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
-                }
-            }
-            if outcome.duplicates > 0 {
-                try db.execute(
-                    sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                    arguments: [outcome.duplicates])
-            }
-            if updateProjections, let last = appended.last?.seq {
-                try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
-                try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
-            }
-            for position in positions { try position.upsert(db) }
-            return outcome
+        try write { db in try Self.append(db, records, positions: positions, updateProjections: updateProjections) }
+    }
+
+    /// Appends batches in one transaction, as `append` does each: `next` is called until
+    /// it returns nil, and each batch's memory can go as soon as it is in the transaction.
+    /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
+    public func appendBatches(_ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?) throws(StoreError) -> BatchOutcome {
+        try write { db in
+            var total = BatchOutcome()
+            while let batch = next() { total.add(try Self.append(db, batch.records, positions: batch.positions, updateProjections: true)) }
+            return total
         }
+    }
+
+    static func append(_ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool) throws -> BatchOutcome {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var outcome = BatchOutcome()
+        let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
+        let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
+        // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
+        // and only when it changed nothing look up which key was taken.
+        let insertEvent = try BulkStatement(cached: db, """
+            INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
+                device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            """)
+        let insertQuarantine = try db.cachedStatement(sql: """
+            INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
+        let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
+        func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?) throws {
+            outcome.quarantined[rejection.code, default: 0] += 1
+            if let id = record.quarantineID {
+                try requarantine.execute(arguments: [rejection.code.rawValue, rejection.message, id])
+                return
+            }
+            try insertQuarantine.execute(arguments: [
+                record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
+                record.origin.key.map { Data($0) }, Data(record.raw), rejection.code.rawValue, rejection.message,
+                eventID, now,
+            ])
+        }
+        var appended: [ProjectionFact] = []
+        var sourceIDs: [String: Int64] = [:]
+        func sourceID(_ name: String) throws -> Int64 {
+            if let id = sourceIDs[name] { return id }
+            try db.execute(sql: "INSERT INTO sources (name) VALUES (?) ON CONFLICT(name) DO NOTHING", arguments: [name])
+            let id = try Int64.fetchOne(db, sql: "SELECT id FROM sources WHERE name = ?", arguments: [name])!
+            sourceIDs[name] = id
+            return id
+        }
+        for record in records {
+            let event: LoginEvent
+            switch record.validation {
+            case let .failure(rejection):
+                try quarantine(record, rejection, eventID: Self.bestEffortEventID(record.raw))
+                continue
+            case let .success(e):
+                event = e
+            }
+            let columns = record.columns ?? EventColumns(event)
+            let source = try sourceID(record.origin.source)
+            try insertEvent.run {
+                $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
+                $0.add(event.deviceID); $0.add(event.asid); $0.add(event.type == .login ? event.tracking?.rawValue : nil)
+                $0.add(event.nonce); $0.add(event.canonicalPayload); $0.add(columns.deviceKey); $0.add(columns.asidKey)
+                $0.add(columns.linkEmail); $0.add(columns.linkTFB); $0.add(columns.friends); $0.add(columns.declinesFriends)
+                $0.add(source); $0.add(record.origin.position)
+            }
+            let inserted = db.changesCount == 1
+            let seq = db.lastInsertedRowID
+            if let id = record.quarantineID, try inserted || String.fetchOne(findEvent, arguments: [event.eventID]) == event.canonicalPayload {
+                try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
+            }
+            if inserted {
+                outcome.appended += 1
+                appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
+            } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
+                // A re-delivered event of a forgotten ASID matches its scrubbed form.
+                let scrubbedMatch = { () throws -> Bool in
+                    try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0 == existing
+                }
+                if try existing == event.canonicalPayload || scrubbedMatch() {
+                    outcome.duplicates += 1
+                } else {
+                    try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)
+                }
+            } else {
+                let other = try String.fetchOne(findNonce, arguments: [event.appID, event.nonce]) ?? "?"
+                try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
+            }
+        }
+        if outcome.duplicates > 0 {
+            try db.execute(
+                sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                arguments: [outcome.duplicates])
+        }
+        if updateProjections, let last = appended.last?.seq {
+            try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
+            try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
+        }
+        for position in positions { try position.upsert(db) }
+        return outcome
     }
 
     /// The `event_id` of an unparseable-as-event record when it can still be read, for search.

@@ -23,7 +23,7 @@ struct IngestCommand: AsyncParsableCommand {
     var file: String
 
     @Option(help: "Records per transaction.")
-    var batchSize = 16000
+    var batchSize = 64000
 
     func validate() throws {
         guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }

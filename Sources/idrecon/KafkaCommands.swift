@@ -69,7 +69,7 @@ struct ConsumeCommand: AsyncParsableCommand {
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
     @Option(help: "A file of librdkafka settings, one key=value per line (# comments).") var config: String?
-    @Option(help: "Records per transaction.") var batchSize = 16000
+    @Option(help: "Records per transaction (at most; --batch-ms commits sooner).") var batchSize = 64000
     @Option(help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
     @Flag(help: "Exit 0 once every assigned partition has reached its end.") var exitAtEnd = false
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
