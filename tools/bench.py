@@ -2,7 +2,7 @@
 """make bench: one machine, one run, the same generated events for every contender.
 
 Usage: tools/bench.py [--events N] [--quick]
-Prints a table and writes .bench/results.json. Needs release builds of idrecon,
+Prints a table and writes .bench/results.json (and results-N.json). Needs release builds of idrecon,
 idrecon-gen and idrecon-bench (the Makefile's bench target builds them)."""
 import argparse, json, math, os, platform, re, signal, sqlite3, statistics, subprocess, sys, time
 
@@ -148,7 +148,8 @@ def main():
     r["ingest_over_baseline"] = r["ingest_eps"] / r["baseline_eps"]
     r["ingest_over_raw_append"] = r["ingest_eps"] / r["raw_append_eps"]
     r["consume_over_ingest"] = r["consume_eps"] / r["ingest_eps"]
-    json.dump(r, open(os.path.join(OUT, "results.json"), "w"), indent=2)
+    for name in ("results.json", f"results-{n}.json"):  # the latest, and the latest at this size
+        json.dump(r, open(os.path.join(OUT, name), "w"), indent=2)
 
     rows = [
         ("baseline: Python json+sqlite3, batched", f"{r['baseline_eps']:,.0f} ev/s", f"{r['baseline_rss_mb']:.0f} MB"),
