@@ -35,12 +35,15 @@ public struct IngestProgress: Sendable {
 public struct FileIngestor: Sendable {
     public var store: EventStore
     public var batchSize: Int
+    /// Records validated and handed to the writer at a time.
+    public var chunkSize: Int
     /// Verifies `id_token`s of limited logins when set (`--jwks`).
     public var tokens: TokenVerifier?
 
-    public init(store: EventStore, batchSize: Int = 64000, tokens: TokenVerifier? = nil) {
+    public init(store: EventStore, batchSize: Int = 64000, chunkSize: Int = FileIngestor.defaultChunkSize, tokens: TokenVerifier? = nil) {
         self.store = store
         self.batchSize = batchSize
+        self.chunkSize = chunkSize
         self.tokens = tokens
     }
 
@@ -87,7 +90,7 @@ public struct FileIngestor: Sendable {
         let writer = PipelinedWriter(store: store, transactionRecords: batchSize)
         // Validation works in chunks; the writer joins waiting chunks into transactions of
         // up to `batchSize` records, so memory does not grow with the transaction size.
-        let chunkSize = min(batchSize, Self.chunkSize)
+        let chunkSize = min(batchSize, self.chunkSize)
         var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
         pending.reserveCapacity(chunkSize)
         var lastOffset = startOffset
@@ -120,8 +123,8 @@ public struct FileIngestor: Sendable {
         return summary
     }
 
-    /// Records validated (and handed to the writer) at a time.
-    public static let chunkSize = 8000
+    /// Records validated (and handed to the writer) at a time, by default.
+    public static let defaultChunkSize = 8000
 
     static func absolutePath(_ path: String) -> String {
         guard let resolved = realpath(path, nil) else { return path }

@@ -112,7 +112,7 @@ public final class KafkaIngestor: @unchecked Sendable {
                     try handle(message.pointee)
                 }
                 if let failure { throw failure }
-                if pending.count >= min(options.batchSize, FileIngestor.chunkSize) || (!pending.isEmpty && Date().timeIntervalSince(batchStarted) * 1000 >= Double(options.batchMilliseconds)) {
+                if pending.count >= min(options.batchSize, FileIngestor.defaultChunkSize) || (!pending.isEmpty && Date().timeIntervalSince(batchStarted) * 1000 >= Double(options.batchMilliseconds)) {
                     try flush()
                     progress(summary)
                 }

@@ -3,7 +3,8 @@ import GRDB
 import IdreconDomain
 
 /// Builds every projection of a new generation from a snapshot of the log in bulk: the
-/// log is scanned once per partition (devices by `device_key`, ASIDs by `asid_key`), each
+/// log is scanned once per partition (devices by `device_key`, ASIDs by `asid_key`; one
+/// partition up to `partitionSize` events), two threads each scanning half, each
 /// device and each ASID is folded once in event-time order in memory, and the rows are
 /// loaded in key order before the secondary indexes exist. Memory is bounded by the
 /// partition size, not by the log. The rules are the incremental updater's (the domain
@@ -29,14 +30,14 @@ struct ProjectionBuilder {
                 { try snapshots.0.read { db in try Self.scan(db, seqs: 0...middle, partition: partition, of: partitions) } },
                 { try snapshots.1.read { db in try Self.scan(db, seqs: (middle + 1)...max(middle + 1, lastSeq), partition: partition, of: partitions) } })
             facts.merge(&second)
-            let events = facts.devices.count
+            let folded = facts.devices.count
             var output = PartitionOutput(merging: partitions > 1)
             fold(devices: &facts.devices, into: &output)
             fold(asids: facts.asids, into: &output)
             output.mentions = facts.mentions
             facts = Facts()
             try pool.write { db in try output.write(db, tables) }
-            done += Int64(events)
+            done += Int64(folded)
             progress(done)
         }
     }
