@@ -305,13 +305,7 @@ private struct PartitionOutput {
         for (key, sides) in edges.sorted(by: { ($0.key.a, $0.key.b) < ($1.key.a, $1.key.b) }) {
             try edge.run { $0.add(key.a); $0.add(key.b); $0.add(Int64(sides.byA ? 1 : 0)); $0.add(Int64(sides.byB ? 1 : 0)) }
         }
-        let mention = try BulkStatement(db, """
-            INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
-            \(merging ? """
-                ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
-                WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
-                """ : "")
-            """)
+        let mention = try BulkStatement(db, merging ? t.recordMention : "INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)")
         for (asid, first) in mentions.sorted(by: { $0.key < $1.key }) {
             try mention.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }
         }

@@ -23,6 +23,16 @@ struct ProjectionTables: Sendable {
     var edges: String { "friend_edges" + suffix }
     var mentions: String { "friend_mentions" + suffix }
 
+    /// Records that an ASID was named in a friend list at `(first_at, first_event)`,
+    /// keeping the earliest mention: shared by the incremental updater and the bulk load.
+    var recordMention: String {
+        """
+        INSERT INTO \(mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
+        ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
+        WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
+        """
+    }
+
     /// Creates the tables with their secondary indexes.
     func create(_ db: Database) throws {
         try createTables(db)

@@ -281,11 +281,7 @@ struct ProjectionUpdater {
         let update = try BulkStatement(cached: db, """
             UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
             """)
-        let mention = try BulkStatement(cached: db, """
-            INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
-            ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
-            WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
-            """)
+        let mention = try BulkStatement(cached: db, t.recordMention)
         var mentions: [String: EventKey] = [:]
         var byASID: [String: [ProjectionFact]] = [:]
         for fact in facts where fact.type == .login {
