@@ -3,10 +3,11 @@ import GRDB
 import IdreconDomain
 
 /// Builds every projection of a new generation from a snapshot of the log in bulk: the
-/// log is scanned once per partition (devices by `device_key`, ASIDs by `asid_key`; one
-/// partition up to `partitionSize` events), two threads each scanning half, each
-/// device and each ASID is folded once in event-time order in memory, and the rows are
-/// loaded in key order before the secondary indexes exist. Memory is bounded by the
+/// log is scanned once, two threads each scanning half; a log larger than one partition
+/// (`partitionSize` events) is spilled to temporary files by partition (devices by
+/// `device_key`, ASIDs by `asid_key`); each device and each ASID is folded once in
+/// event-time order in memory, and the rows are loaded in key order before the
+/// secondary indexes exist. Memory is bounded by the
 /// partition size, not by the log. The rules are the incremental updater's (the domain
 /// types `DeviceState`, `FriendSnapshot`, `IdentityRules`), so both give the same tables.
 struct ProjectionBuilder {
@@ -15,31 +16,66 @@ struct ProjectionBuilder {
     /// Events per partition: a partition's facts are held in memory while folded.
     let partitionSize: Int
 
-    /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
-    /// mentions of the events up to `lastSeq`. Two snapshots of the log are scanned in
-    /// parallel (each half of the sequence range). `progress` gets the events folded so far.
-    func load(
-        from snapshots: (DatabaseSnapshot, DatabaseSnapshot), into pool: DatabasePool, lastSeq: Int64, events: Int64,
-        progress: (Int64) -> Void
-    ) throws {
-        let partitions = max(1, (events + Int64(partitionSize) - 1) / Int64(partitionSize))
+    /// The facts of a snapshot of the log, scanned: in memory when they fit one partition,
+    /// otherwise spilled to a file per partition.
+    enum ScannedFacts {
+        case inMemory(Facts)
+        case spilled(SpilledFacts, SpilledFacts, partitions: Int)
+    }
+
+    /// Scans the events up to `lastSeq`: two snapshots of the log in parallel, each half of
+    /// the sequence range, once. With more than one partition each half spills its facts
+    /// to a file per partition in `spillDirectory`. The snapshots are not needed after
+    /// this: releasing them lets the database checkpoint while `load` writes.
+    func scan(
+        _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String
+    ) throws -> ScannedFacts {
+        let partitions = Int(max(1, (events + Int64(partitionSize) - 1) / Int64(partitionSize)))
         let middle = lastSeq / 2
-        var done: Int64 = 0
-        for partition in 0..<partitions {
+        let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
+        guard partitions > 1 else {
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Self.scan(db, seqs: 0...middle, partition: partition, of: partitions) } },
-                { try snapshots.1.read { db in try Self.scan(db, seqs: (middle + 1)...max(middle + 1, lastSeq), partition: partition, of: partitions) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
             facts.merge(&second)
-            let folded = facts.devices.count
-            var output = PartitionOutput(merging: partitions > 1)
-            fold(devices: &facts.devices, into: &output)
-            fold(asids: facts.asids, into: &output)
-            output.mentions = facts.mentions
-            facts = Facts()
-            try pool.write { db in try output.write(db, tables) }
-            done += Int64(folded)
-            progress(done)
+            return .inMemory(facts)
         }
+        let (first, second) = try concurrently(
+            { try snapshots.0.read { db in try SpilledFacts(db, seqs: halves.0, partitions: partitions, directory: spillDirectory) } },
+            { try snapshots.1.read { db in try SpilledFacts(db, seqs: halves.1, partitions: partitions, directory: spillDirectory) } })
+        return .spilled(first, second, partitions: partitions)
+    }
+
+    /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
+    /// mentions of the scanned events, one partition after the other. `progress` gets the
+    /// events folded so far.
+    func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
+        switch consume scanned {
+        case .inMemory(let facts):
+            let count = Int64(facts.devices.count)
+            try write(facts, merging: false, into: pool)
+            progress(count)
+        case .spilled(var first, var second, let partitions):
+            var done: Int64 = 0
+            for partition in 0..<partitions {
+                var facts = Facts()
+                try first.take(partition, into: &facts)
+                try second.take(partition, into: &facts)
+                done += Int64(facts.devices.count)
+                try write(facts, merging: true, into: pool)
+                progress(done)
+            }
+        }
+    }
+
+    /// Folds one partition's facts and loads the rows.
+    private func write(_ facts: consuming Facts, merging: Bool, into pool: DatabasePool) throws {
+        var output = PartitionOutput(merging: merging)
+        fold(devices: &facts.devices, into: &output)
+        fold(asids: facts.asids, into: &output)
+        output.mentions = facts.mentions
+        facts = Facts()
+        try pool.write { db in try output.write(db, tables) }
     }
 
     /// After `load`: builds the secondary indexes, counts the link keys and assigns every
@@ -124,6 +160,18 @@ struct ProjectionBuilder {
 
         init(firstLogin: EventKey) { self.firstLogin = firstLogin }
 
+        /// Adds a login of this ASID; `friends` is its friend list, split.
+        mutating func add(_ login: LoginRow, friends: [String]?) {
+            let key = login.key
+            if key < firstLogin { firstLogin = key }
+            if let email = login.email { addKey(email, at: key) }
+            if let tfb = login.tfb { addKey(tfb, at: key) }
+            if login.friends != nil || login.declinesFriends {
+                snapshot.apply(key: key, friends: friends, declinesFriends: login.declinesFriends)
+                hasSnapshot = true
+            }
+        }
+
         mutating func addKey(_ key: String, at login: EventKey) {
             if let i = keys.firstIndex(where: { $0.key == key }) {
                 if login < keys[i].first { keys[i].first = login }
@@ -133,11 +181,43 @@ struct ProjectionBuilder {
         }
     }
 
+    /// One logged login as its ASID sees it.
+    struct LoginRow {
+        var asid: String
+        var key: EventKey
+        var email: String?
+        var tfb: String?
+        /// The friend list as logged: ASIDs joined by ','; nil when absent.
+        var friends: String?
+        var declinesFriends: Bool
+    }
+
     /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
     struct Facts {
         var devices: [DeviceRow] = []
         var asids: [String: ASIDAggregate] = [:]
         var mentions: [String: EventKey] = [:]
+
+        init() {}
+
+        /// The facts of the events in `seqs`.
+        init(_ db: Database, seqs: ClosedRange<Int64>) throws {
+            var facts = Facts()
+            try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { _, login in facts.add(login) })
+            self = facts
+        }
+
+        mutating func add(_ row: DeviceRow) { devices.append(row) }
+
+        mutating func add(_ login: LoginRow) {
+            let key = login.key
+            var list: [String]?
+            if let friends = login.friends {
+                list = friends.isEmpty ? [] : friends.split(separator: ",").map(String.init)
+                for friend in list! where mentions[friend].map({ key < $0 }) ?? true { mentions[friend] = key }
+            }
+            asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
+        }
 
         /// Adds the facts of other events (of the same partition).
         mutating func merge(_ other: inout Facts) {
@@ -161,40 +241,72 @@ struct ProjectionBuilder {
         }
     }
 
-    static func scan(_ db: Database, seqs: ClosedRange<Int64>, partition: Int64, of partitions: Int64) throws -> Facts {
-        var filter = "WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)"
-        if partitions > 1 { filter += " AND (device_key % \(partitions) = \(partition) OR asid_key % \(partitions) = \(partition))" }
-        var facts = Facts()
+    /// The facts of the events in a range of the log, spilled to a file per partition
+    /// (devices by `device_key`, logins by `asid_key`) for `Facts` to take back one
+    /// partition at a time.
+    struct SpilledFacts {
+        private var devices: [SpillFile?]
+        private var logins: [SpillFile?]
+
+        init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, directory: String) throws {
+            let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+            let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+            let count = Int64(partitions)
+            try ProjectionBuilder.scan(db, seqs: seqs, device: { row in
+                try devices[Int(row.hash % count)].append { out in
+                    out.add(row.hash); out.add(row.app); out.add(row.device); out.add(row.fact.key.at); out.add(row.fact.key.eventID)
+                    out.add(UInt8(row.fact.type == .login ? 1 : 0))
+                    out.add(UInt8(row.fact.tracking == nil ? 0 : row.fact.tracking == .limited ? 2 : 1))
+                    out.add(row.fact.asid)
+                }
+            }, login: { asidKey, login in
+                try logins[Int(asidKey % count)].append { out in
+                    out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
+                    out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0))
+                }
+            })
+            (self.devices, self.logins) = (devices, logins)
+        }
+
+        /// Adds the spilled facts of `partition` to `facts` and deletes their files.
+        mutating func take(_ partition: Int, into facts: inout Facts) throws {
+            try devices[partition]?.forEach { row in
+                let hash = row.int(), app = row.string(), device = row.string(), at = row.int(), eventID = row.string()
+                let type: EventType = row.byte() == 1 ? .login : .logout
+                let tracking: Tracking? = switch row.byte() { case 0: nil; case 2: .limited; default: .enabled }
+                facts.add(DeviceRow(hash: hash, app: app, device: device,
+                                    fact: DeviceFact(key: EventKey(at: at, eventID: eventID), type: type, tracking: tracking, asid: row.optionalString())))
+            }
+            try logins[partition]?.forEach { row in
+                let asid = row.string(), at = row.int(), eventID = row.string(), email = row.optionalString(), tfb = row.optionalString()
+                facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), email: email, tfb: tfb,
+                                   friends: row.optionalString(), declinesFriends: row.byte() == 1))
+            }
+            devices[partition] = nil
+            logins[partition] = nil
+        }
+    }
+
+    /// Calls `device` for every event in `seqs` and `login` for every login (with its
+    /// `asid_key`), in log order.
+    static func scan(
+        _ db: Database, seqs: ClosedRange<Int64>, device: (DeviceRow) throws -> Void, login: (Int64, LoginRow) throws -> Void
+    ) throws {
         try BulkStatement(db, """
             SELECT device_key, asid_key, app_id, device_id, occurred_at, event_id, type, tracking, asid,
                    link_email, link_tfb, friends, declines_friends
-            FROM events \(filter)
+            FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in
             let key = EventKey(at: row.int(4), eventID: row.string(5))
             let type: EventType = row.string(6) == "logout" ? .logout : .login
             let asid = row.optionalString(8)
-            if row.int(0) % partitions == partition {
-                let tracking = row.optionalString(7).flatMap(Tracking.init(rawValue:))
-                facts.devices.append(DeviceRow(
-                    hash: row.int(0), app: row.string(2), device: row.string(3),
-                    fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
-            }
-            guard type == .login, let asid, !row.isNull(1), row.int(1) % partitions == partition else { return }
-            let declines = row.int(12) == 1
-            let friends = row.optionalString(11)
-            var aggregate = facts.asids.removeValue(forKey: asid) ?? ASIDAggregate(firstLogin: key)
-            if key < aggregate.firstLogin { aggregate.firstLogin = key }
-            if let email = row.optionalString(9) { aggregate.addKey(email, at: key) }
-            if let tfb = row.optionalString(10) { aggregate.addKey(tfb, at: key) }
-            if friends != nil || declines {
-                let list = friends.map { $0.isEmpty ? [] : $0.split(separator: ",").map(String.init) }
-                for friend in list ?? [] where facts.mentions[friend].map({ key < $0 }) ?? true { facts.mentions[friend] = key }
-                aggregate.snapshot.apply(key: key, friends: list, declinesFriends: declines)
-                aggregate.hasSnapshot = true
-            }
-            facts.asids[asid] = aggregate
+            let tracking = row.optionalString(7).flatMap(Tracking.init(rawValue:))
+            try device(DeviceRow(hash: row.int(0), app: row.string(2), device: row.string(3),
+                                 fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
+            guard type == .login, let asid, !row.isNull(1) else { return }
+            try login(row.int(1), LoginRow(asid: asid, key: key, email: row.optionalString(9), tfb: row.optionalString(10),
+                                           friends: row.optionalString(11), declinesFriends: row.int(12) == 1))
         }
-        return facts
     }
 
     private func fold(devices sorted: inout [DeviceRow], into out: inout PartitionOutput) {

@@ -27,12 +27,12 @@ extension EventStore {
     ) throws(StoreError) -> ReplayReport {
         let started = Date()
         do {
-            let snapshots = (try pool.makeSnapshot(), try pool.makeSnapshot())
-            for snapshot in [snapshots.0, snapshots.1] {
+            var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
+            for snapshot in [snapshots!.0, snapshots!.1] {
                 // The scan reads each page once: a big page cache would only cost memory.
                 try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
             }
-            let (snapshotSeq, total) = try snapshots.0.read { db in
+            let (snapshotSeq, total) = try snapshots!.0.read { db in
                 (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0, try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
             }
             let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
@@ -44,7 +44,10 @@ extension EventStore {
             }
             let tables = ProjectionTables(generation: generation)
             let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
-            try builder.load(from: snapshots, into: pool, lastSeq: snapshotSeq, events: total) { progress($0, total) }
+            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+            let scanned = try builder.scan(snapshots!, lastSeq: snapshotSeq, events: total, spillDirectory: directory)
+            snapshots = nil // their read transactions would keep the WAL from being checkpointed
+            try builder.load(scanned, into: pool) { progress($0, total) }
             try pool.write { db in try builder.finish(db) }
 
             // Catch up with events appended since the snapshot, then swap, atomically.

@@ -1,0 +1,133 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A temporary file of records, written once and then read back in order: how the bulk
+/// replay hands one scan's facts to the partitions that fold them. The file is unlinked
+/// as soon as it is created, so nothing is left behind if the process stops.
+final class SpillFile {
+    private let descriptor: Int32
+    private let directory: String
+    /// Records not yet written: each is a 4-byte length followed by its bytes.
+    private var pending = SpillRecord.Writer(bytes: [])
+    /// Bytes buffered before a write (kept small: a replay writes to many files at once)
+    /// and read at a time.
+    private static let writeBuffer = 1 << 16, readBuffer = 1 << 20
+
+    /// Creates an empty file in `directory`.
+    init(directory: String) throws {
+        var template = Array((directory + "/.idrecon-replay-XXXXXX").utf8CString)
+        descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        self.directory = directory
+        guard descriptor >= 0 else { throw Self.failure("create a temporary file in", directory) }
+        _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
+        pending.bytes.reserveCapacity(Self.writeBuffer + 4096)
+    }
+
+    deinit { close(descriptor) }
+
+    /// Appends one record, encoded by `encode`.
+    func append(_ encode: (inout SpillRecord.Writer) -> Void) throws {
+        let start = pending.bytes.count
+        pending.bytes.append(contentsOf: [0, 0, 0, 0])
+        encode(&pending)
+        let length = UInt32(pending.bytes.count - start - 4).littleEndian
+        withUnsafeBytes(of: length) { for i in 0..<4 { pending.bytes[start + i] = $0[i] } }
+        if pending.bytes.count >= Self.writeBuffer { try flush() }
+    }
+
+    /// Reads every record from the start, in the order appended.
+    func forEach(_ body: (inout SpillRecord.Reader) throws -> Void) throws {
+        try flush()
+        guard lseek(descriptor, 0, SEEK_SET) == 0 else { throw Self.failure("rewind a temporary file in", directory) }
+        var buffer = [UInt8](repeating: 0, count: Self.readBuffer)
+        var filled = 0, offset = 0
+        while true {
+            // Move the unread tail to the front and fill the rest.
+            if offset > 0 {
+                buffer.withUnsafeMutableBytes { raw in
+                    raw.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: filled - offset)
+                }
+                filled -= offset
+                offset = 0
+            }
+            let count = buffer.withUnsafeMutableBytes { raw in read(descriptor, raw.baseAddress! + filled, raw.count - filled) }
+            guard count >= 0 else { throw Self.failure("read a temporary file in", directory) }
+            filled += count
+            if count == 0 && filled == 0 { return }
+            var progressed = false
+            try buffer.withUnsafeBytes { raw in
+                while filled - offset >= 4 {
+                    let length = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                    guard filled - offset - 4 >= length else { break }
+                    var reader = SpillRecord.Reader(bytes: UnsafeRawBufferPointer(rebasing: raw[(offset + 4)..<(offset + 4 + length)]))
+                    try body(&reader)
+                    offset += 4 + length
+                    progressed = true
+                }
+            }
+            if count == 0 && !progressed { throw StoreError("replay found a truncated temporary file in \(directory)") }
+            if !progressed && offset == 0 && filled == buffer.count {
+                buffer.append(contentsOf: [UInt8](repeating: 0, count: buffer.count)) // a record larger than the buffer
+            }
+        }
+    }
+
+    private func flush() throws {
+        var written = 0
+        while written < pending.bytes.count {
+            let n = pending.bytes.withUnsafeBytes { raw in write(descriptor, raw.baseAddress! + written, raw.count - written) }
+            guard n > 0 else { throw Self.failure("write a temporary file in", directory) }
+            written += n
+        }
+        pending.bytes.removeAll(keepingCapacity: true)
+    }
+
+    private static func failure(_ action: String, _ directory: String) -> StoreError {
+        StoreError("replay could not \(action) \(directory): \(String(cString: strerror(errno))) (replay needs free space next to the database)")
+    }
+}
+
+/// The byte encoding of spilled records: little-endian integers, length-prefixed UTF-8.
+enum SpillRecord {
+    struct Writer {
+        var bytes: [UInt8]
+
+        mutating func add(_ value: Int64) { withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) } }
+        mutating func add(_ value: UInt8) { bytes.append(value) }
+        mutating func add(_ value: String) {
+            var value = value
+            value.withUTF8 { utf8 in
+                withUnsafeBytes(of: UInt32(utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
+                bytes.append(contentsOf: utf8)
+            }
+        }
+        mutating func add(_ value: String?) {
+            if let value { add(UInt8(1)); add(value) } else { add(UInt8(0)) }
+        }
+    }
+
+    struct Reader {
+        let bytes: UnsafeRawBufferPointer
+        private var offset = 0
+
+        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+        mutating func int() -> Int64 {
+            defer { offset += 8 }
+            return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+        }
+        mutating func byte() -> UInt8 {
+            defer { offset += 1 }
+            return bytes[offset]
+        }
+        mutating func string() -> String {
+            let count = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+            defer { offset += 4 + count }
+            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + 4 + count)]), as: UTF8.self)
+        }
+        mutating func optionalString() -> String? { byte() == 1 ? string() : nil }
+    }
+}
