@@ -67,10 +67,10 @@ extension EventStore {
         }
     }
 
-    /// SHA-256 of every projection table's full contents, in key order.
-    static func digests(_ db: Database, tables: ProjectionTables) throws -> [String: String] {
+    /// SHA-256 of each projection table's (of `names`) full contents, in key order.
+    static func digests(_ db: Database, tables: ProjectionTables, names: [String] = ProjectionTables.names) throws -> [String: String] {
         var result: [String: String] = [:]
-        for name in ProjectionTables.names {
+        for name in names {
             let table = tables.generation == 0 ? name : "\(name)_g\(tables.generation)"
             let order = ProjectionTables.primaryKeys[name]!
             var hasher = SHA256()

@@ -427,23 +427,33 @@ private struct PartitionOutput {
 /// Runs `a` on the calling thread (so it may use the caller's database connection) while
 /// `b` runs on another thread; returns both results.
 func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
-    let results = ConcurrentResults<A, B>()
-    let work = ConcurrentWork(b: b)
-    let finished = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-        results.b = Result { try work.b() }
-        finished.signal()
-    }
+    let other = Background(b)
     let resultA = Result { try a() }
-    finished.wait()
-    return (try resultA.get(), try results.b!.get())
+    let resultB = other.result()
+    return (try resultA.get(), try resultB.get())
 }
 
-/// `b`'s result, written by its thread and read after it finished.
-private final class ConcurrentResults<A, B>: @unchecked Sendable {
-    var b: Result<B, any Error>?
+/// Work started on another thread; `result()` waits for it.
+final class Background<T>: @unchecked Sendable {
+    private var outcome: Result<T, any Error>?
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(_ work: @escaping () throws -> T) {
+        let work = UncheckedWork(run: work)
+        DispatchQueue.global().async {
+            self.outcome = Result { try work.run() }
+            self.finished.signal()
+        }
+    }
+
+    /// Waits for the work to finish.
+    func result() -> Result<T, any Error> {
+        finished.wait()
+        defer { finished.signal() } // for the next caller
+        return outcome!
+    }
 }
 
-private struct ConcurrentWork<B>: @unchecked Sendable {
-    let b: () throws -> B
+private struct UncheckedWork<T>: @unchecked Sendable {
+    let run: () throws -> T
 }

@@ -13,6 +13,9 @@ struct ProjectionTables: Sendable {
     static let names = [
         "devices", "limited_spans", "asids", "asid_keys", "link_keys", "friend_snapshots", "friend_edges", "friend_mentions",
     ]
+    /// The tables a bulk load completes (`ProjectionBuilder.finish` adds `link_keys` and
+    /// the `asids`' identities).
+    static let loadedNames = names.filter { $0 != "asids" && $0 != "link_keys" }
 
     var devices: String { "devices" + suffix }
     var spans: String { "limited_spans" + suffix }

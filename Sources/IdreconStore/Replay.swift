@@ -20,84 +20,168 @@ extension EventStore {
     /// the reader views to it in one transaction. `config` replaces the identity
     /// configuration. The bulk of the log is folded from a snapshot (see
     /// `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
-    /// meanwhile are applied incrementally just before the swap.
+    /// meanwhile are applied incrementally just before the swap. One replay runs at a time
+    /// per database (another waits); one that a `forget` overtakes starts over, so erased
+    /// data never comes back.
     public func replay(
         config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 1_000_000,
         progress: (Int64, Int64) -> Void = { _, _ in }
     ) throws(StoreError) -> ReplayReport {
         let started = Date()
         do {
-            var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
-            for snapshot in [snapshots!.0, snapshots!.1] {
-                // The scan reads each page once: a big page cache would only cost memory.
-                try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
-            }
-            let (snapshotSeq, total) = try snapshots!.0.read { db in
-                (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0, try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
-            }
-            let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
-                let state = try ProjectionState.load(db)
-                let next = ProjectionTables(generation: state.generation + 1)
-                try next.drop(db) // leftovers of an interrupted replay
-                try next.createTables(db)
-                return (next.generation, newConfig ?? state.config)
-            }
-            let tables = ProjectionTables(generation: generation)
-            let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
-            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-            let scanned = try builder.scan(snapshots!, lastSeq: snapshotSeq, events: total, spillDirectory: directory)
-            snapshots = nil // their read transactions would keep the WAL from being checkpointed
-            try builder.load(scanned, into: pool) { progress($0, total) }
-            try pool.write { db in try builder.finish(db) }
-
-            // Catch up with events appended since the snapshot, then swap, atomically.
-            let report = try pool.write { db -> ReplayReport in
-                var cursor = snapshotSeq
-                var done = total
-                while true {
-                    let rows = try Row.fetchAll(db, sql: """
-                        SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT 10000
-                        """, arguments: [cursor])
-                    guard let last = rows.last else { break }
-                    // Device refolds must not see events of later chunks.
-                    let updater = ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: last["seq"])
-                    try updater.apply(rows.map(ProjectionFact.init(row:)))
-                    cursor = last["seq"]
-                    done += Int64(rows.count)
+            let lock = try ReplayLock(databasePath: path)
+            defer { withExtendedLifetime(lock) {} }
+            while true {
+                let attempt = try rebuild(config: newConfig, verifyOnly: verifyOnly, partitionSize: partitionSize, progress: progress)
+                if var report = attempt {
+                    report.seconds = Date().timeIntervalSince(started)
+                    return report
                 }
-                let state = try ProjectionState.load(db)
-                // The live tables cannot change while this transaction holds the write lock,
-                // so a reader digests them on the other core.
-                let (rebuilt, live) = try concurrently(
-                    { try Self.digests(db, tables: tables) },
-                    {
-                        try self.pool.read { reader in
-                            try reader.execute(sql: "PRAGMA cache_size = -4096") // one pass: no cache needed
-                            defer { try? reader.execute(sql: "PRAGMA cache_size = -65536") }
-                            return try Self.digests(reader, tables: state.tables)
-                        }
-                    })
-                var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: live, swapped: false)
-                if verifyOnly {
-                    try tables.drop(db)
-                } else {
-                    let configJSON = String(decoding: try JSONEncoder().encode(config), as: UTF8.self)
-                    try db.execute(sql: "UPDATE projection_meta SET generation = ?, config = ?, applied_seq = ?",
-                                   arguments: [generation, configJSON, cursor])
-                    try tables.publish(db)
-                    try state.tables.drop(db)
-                    report.swapped = true
-                }
-                return report
             }
-            progress(report.events, report.events)
-            var final = report
-            final.seconds = Date().timeIntervalSince(started)
-            return final
         } catch let error as StoreError {
             throw error
         } catch {
             throw StoreError("replay failed on \(path): \(Self.describe(error))")
         }
     }
+
+    /// One rebuild; nil when a `forget` rewrote the log meanwhile (nothing was swapped).
+    private func rebuild(
+        config newConfig: IdentityConfig?, verifyOnly: Bool, partitionSize: Int, progress: (Int64, Int64) -> Void
+    ) throws -> ReplayReport? {
+        var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
+        for snapshot in [snapshots!.0, snapshots!.1] {
+            // The scan reads each page once: a big page cache would only cost memory.
+            try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
+        }
+        let (seen, total) = try snapshots!.0.read { db in
+            (try LogVersion(db), try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
+        }
+        let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
+            let state = try ProjectionState.load(db)
+            let next = ProjectionTables(generation: state.generation + 1)
+            try next.drop(db) // leftovers of an interrupted replay
+            try next.createTables(db)
+            return (next.generation, newConfig ?? state.config)
+        }
+        let tables = ProjectionTables(generation: generation)
+        let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory)
+
+        // Loading and finishing are single-threaded SQLite writes: the other core digests
+        // the live projections as the snapshot saw them, then the rebuilt tables `finish`
+        // leaves alone. The snapshot is released as soon as it is digested (its read
+        // transaction would keep the WAL from being checkpointed).
+        let held = HeldSnapshot(snapshots!.0)
+        snapshots = nil
+        let liveDigests = Background { try held.readOnce { db in try Self.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
+        try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
+        let liveAtSnapshot = try liveDigests.result().get()
+        let (_, loaded) = try concurrently(
+            { try pool.write { db in try builder.finish(db) } },
+            { try self.digestsOnReader(tables, names: ProjectionTables.loadedNames) })
+
+        // Catch up with events appended since the snapshot, then swap, atomically.
+        let report = try pool.write { db -> ReplayReport? in
+            let now = try LogVersion(db)
+            guard now.forgotten == seen.forgotten else {
+                try tables.drop(db) // folded from events a forget has since scrubbed
+                return nil
+            }
+            var cursor = seen.lastSeq
+            var done = total
+            while true {
+                let rows = try Row.fetchAll(db, sql: """
+                    SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT 10000
+                    """, arguments: [cursor])
+                guard let last = rows.last else { break }
+                // Device refolds must not see events of later chunks.
+                let updater = ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: last["seq"])
+                try updater.apply(rows.map(ProjectionFact.init(row:)))
+                cursor = last["seq"]
+                done += Int64(rows.count)
+            }
+            let state = try ProjectionState.load(db)
+            // What changed since the digests above is digested again. The live tables cannot
+            // change while this transaction holds the write lock, so a reader digests them
+            // on the other core.
+            let caughtUp = cursor != seen.lastSeq
+            let (rest, liveNow) = try concurrently(
+                { try Self.digests(db, tables: tables, names: caughtUp ? ProjectionTables.names : ProjectionTables.names.filter { loaded[$0] == nil }) },
+                { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: ProjectionTables.names) })
+            let rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
+            var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: liveNow, swapped: false)
+            if verifyOnly {
+                try tables.drop(db)
+            } else {
+                let configJSON = String(decoding: try JSONEncoder().encode(config), as: UTF8.self)
+                try db.execute(sql: "UPDATE projection_meta SET generation = ?, config = ?, applied_seq = ?",
+                               arguments: [generation, configJSON, cursor])
+                try tables.publish(db)
+                try state.tables.drop(db)
+                report.swapped = true
+            }
+            return report
+        }
+        if let report { progress(report.events, report.events) }
+        return report
+    }
+
+    /// Digests of `names` in `tables`, read on a reader connection (with a small page cache:
+    /// one pass needs none).
+    private func digestsOnReader(_ tables: ProjectionTables, names: [String]) throws -> [String: String] {
+        try pool.read { reader in
+            try reader.execute(sql: "PRAGMA cache_size = -4096")
+            defer { try? reader.execute(sql: "PRAGMA cache_size = -65536") }
+            return try Self.digests(reader, tables: tables, names: names)
+        }
+    }
+}
+
+/// What the live projections are a function of, besides the rules: the log's last event,
+/// the last event the projections applied, their generation, and the log's erasures.
+private struct LogVersion: Equatable {
+    var lastSeq: Int64
+    var appliedSeq: Int64
+    var generation: Int
+    /// ASIDs forgotten and events scrubbed so far: a forget rewrites logged events.
+    var forgotten: [Int64]
+
+    init(_ db: Database) throws {
+        lastSeq = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0
+        let state = try ProjectionState.load(db)
+        (appliedSeq, generation) = (state.appliedSeq, state.generation)
+        let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(events), 0), coalesce(max(forgotten_at), 0) FROM forgotten")!
+        forgotten = [row[0], row[1], row[2]]
+    }
+}
+
+/// A snapshot read once, from another thread, then released.
+private final class HeldSnapshot: @unchecked Sendable {
+    private var snapshot: DatabaseSnapshot?
+
+    init(_ snapshot: DatabaseSnapshot) { self.snapshot = snapshot }
+
+    func readOnce<T>(_ body: (Database) throws -> T) throws -> T {
+        defer { snapshot = nil }
+        return try snapshot!.read(body)
+    }
+}
+
+/// One replay at a time per database: an advisory lock on `<database>.replay-lock`, held
+/// while the lock lives; the system releases it if the process dies.
+private final class ReplayLock {
+    private let descriptor: Int32
+
+    init(databasePath: String) throws {
+        let path = databasePath + ".replay-lock"
+        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            throw StoreError("replay could not open its lock file \(path): \(String(cString: strerror(errno))); check the directory's permissions")
+        }
+        while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
+    }
+
+    deinit { close(descriptor) }
 }

@@ -1,0 +1,53 @@
+import Foundation
+import IdreconDomain
+@testable import IdreconStore
+import Testing
+
+@Suite struct ReplayTests {
+    /// Two replays of one database at once (say a nightly replay and a forget's) take
+    /// turns: both swap, and the result is the log's projections.
+    @Test func concurrentReplaysTakeTurns() throws {
+        var s = try Stream()
+        try s.ingest((0..<400).map { i in
+            Stream.login("e\(i)", day: 1 + Double(i) / 100, device: "d\(i % 60)", asid: "\(i % 90)", limited: i % 7 == 0,
+                         extra: ["email": "p\(i % 30)@example.com"])
+        }, batchSize: 50)
+        let other = try EventStore(path: s.dir.path("db.sqlite"))
+        for _ in 0..<3 {
+            let second = Background { try other.replay(partitionSize: 150) }
+            let first = try s.store.replay(partitionSize: 150)
+            let report = try second.result().get()
+            #expect(first.swapped && report.swapped)
+            #expect(first.drift.isEmpty && report.drift.isEmpty)
+        }
+        try s.verifyReplay()
+    }
+
+    /// A forget that commits while a replay folds the log it read before: the replay starts
+    /// over instead of swapping in projections with the erased links.
+    @Test func replayOvertakenByForgetStartsOver() throws {
+        var s = try Stream()
+        try s.ingest([
+            Stream.login("a", day: 1, device: "P", asid: "300", extra: ["email": "zed@forget.me"]),
+            Stream.login("b", day: 2, device: "Q", asid: "301", extra: ["email": "zed@forget.me"]),
+            Stream.login("c", day: 3, device: "R", asid: "302", extra: ["email": "ann@example.com"]),
+        ])
+        let other = try EventStore(path: s.dir.path("db.sqlite"))
+        var forget: Background<ForgetReport>?
+        let report = try s.store.replay { _, _ in
+            guard forget == nil else { return }
+            forget = Background { try other.forget("300") }
+            // Wait (outside any transaction of this replay) until the forget has scrubbed the log.
+            let deadline = Date().addingTimeInterval(20)
+            while (try? other.read({ db in try Int.fetchOne(db, sql: "SELECT count(*) FROM forgotten") })) == 0, Date() < deadline {
+                usleep(10_000)
+            }
+        }
+        let forgot = try #require(forget).result()
+        #expect(try forgot.get().events == 2)
+        #expect(report.swapped)
+        // What this replay swapped in is already the scrubbed log's projections.
+        #expect(report.rebuilt == (try s.store.projectionDigests()))
+        #expect(try s.store.userID(asid: "301") == "u:301")
+    }
+}
