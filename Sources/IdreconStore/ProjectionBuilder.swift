@@ -70,12 +70,20 @@ struct ProjectionBuilder {
 
     /// Folds one partition's facts and loads the rows.
     private func write(_ facts: consuming Facts, merging: Bool, into pool: DatabasePool) throws {
+        // The devices are sorted and folded on the other core while this one folds and
+        // writes the ASIDs' rows.
+        let rows = Handoff(facts.devices)
+        facts.devices = []
+        let devices = Background { Self.fold(devices: rows.take()) }
         var output = PartitionOutput(merging: merging)
-        fold(devices: &facts.devices, into: &output)
         fold(asids: facts.asids, into: &output)
         output.mentions = facts.mentions
         facts = Facts()
-        try pool.write { db in try output.write(db, tables) }
+        try pool.write { db in
+            try output.writeIdentities(db, tables)
+            output.devices = try devices.result().get()
+            try output.writeDevices(db, tables)
+        }
     }
 
     /// After `load`: builds the secondary indexes, counts the link keys and assigns every
@@ -211,12 +219,13 @@ struct ProjectionBuilder {
 
         mutating func add(_ login: LoginRow) {
             let key = login.key
-            var list: [String]?
-            if let friends = login.friends {
-                list = friends.isEmpty ? [] : friends.split(separator: ",").map(String.init)
-                for friend in list! where mentions[friend].map({ key < $0 }) ?? true { mentions[friend] = key }
-            }
+            let list = login.friends.map(StoredFriendList.split)
+            for friend in list ?? [] { Self.lower(&mentions[friend, default: key], to: key) } // one lookup each
             asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
+        }
+
+        private static func lower(_ value: inout EventKey, to key: EventKey) {
+            if key < value { value = key }
         }
 
         /// Adds the facts of other events (of the same partition).
@@ -236,7 +245,7 @@ struct ProjectionBuilder {
                 mine.hasSnapshot = mine.hasSnapshot || theirs.hasSnapshot
                 asids[asid] = mine
             }
-            for (friend, first) in other.mentions where mentions[friend].map({ first < $0 }) ?? true { mentions[friend] = first }
+            for (friend, first) in other.mentions { Self.lower(&mentions[friend, default: first], to: first) }
             other = Facts()
         }
     }
@@ -309,13 +318,16 @@ struct ProjectionBuilder {
         }
     }
 
-    private func fold(devices sorted: inout [DeviceRow], into out: inout PartitionOutput) {
+    /// Each device's state and limited spans, from its events in any order.
+    private static func fold(devices rows: consuming [DeviceRow]) -> [FoldedDevice] {
+        var sorted = rows
         sorted.sort { a, b in
             if a.hash != b.hash { return a.hash < b.hash }
             if a.app != b.app { return a.app < b.app }
             if a.device != b.device { return a.device < b.device }
             return a.fact.key < b.fact.key
         }
+        var devices: [FoldedDevice] = []
         var start = 0
         while start < sorted.count {
             let first = sorted[start]
@@ -328,10 +340,13 @@ struct ProjectionBuilder {
                 if let closed { spans[spans.count - 1] = closed }
                 if let opened { spans.append(opened) }
             }
-            out.devices.append((first.app, first.device, state, spans))
+            devices.append((first.app, first.device, state, spans))
             start = end
         }
         sorted = []
+        // In key order, for the load.
+        devices.sort { ($0.app, $0.device) < ($1.app, $1.device) }
+        return devices
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
@@ -350,6 +365,22 @@ struct ProjectionBuilder {
     }
 }
 
+/// One device's folded state and limited spans.
+typealias FoldedDevice = (app: String, device: String, state: DeviceState, spans: [LimitedSpan])
+
+/// A value handed to another thread, which takes it (leaving nothing behind, so it can be
+/// mutated in place there).
+final class Handoff<T>: @unchecked Sendable {
+    private var value: T?
+
+    init(_ value: T) { self.value = value }
+
+    func take() -> T {
+        defer { value = nil }
+        return value!
+    }
+}
+
 struct EdgeKey: Hashable {
     var a: String
     var b: String
@@ -360,7 +391,7 @@ struct EdgeKey: Hashable {
 /// are merged into what earlier partitions loaded.
 private struct PartitionOutput {
     let merging: Bool
-    var devices: [(app: String, device: String, state: DeviceState, spans: [LimitedSpan])] = []
+    var devices: [FoldedDevice] = []
     var asids: [(asid: String, first: EventKey)] = []
     var asidKeys: [(asid: String, key: String, first: EventKey)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
@@ -369,7 +400,8 @@ private struct PartitionOutput {
 
     init(merging: Bool) { self.merging = merging }
 
-    func write(_ db: Database, _ t: ProjectionTables) throws {
+    /// Writes the devices (sorted) and their limited spans.
+    func writeDevices(_ db: Database, _ t: ProjectionTables) throws {
         let device = try BulkStatement(db, """
             INSERT INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
                 logins, logouts, anomalies, last_login_tracking, logout_since_login)
@@ -378,7 +410,7 @@ private struct PartitionOutput {
         let span = try BulkStatement(db, """
             INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
             """)
-        for d in devices.sorted(by: { ($0.app, $0.device) < ($1.app, $1.device) }) {
+        for d in devices {
             let s = d.state
             try device.run {
                 $0.add(d.app); $0.add(d.device); $0.add(s.mode.rawValue); $0.add(s.asid)
@@ -393,6 +425,10 @@ private struct PartitionOutput {
                 }
             }
         }
+    }
+
+    /// Writes the ASIDs, their keys, friend snapshots, edges and mentions.
+    func writeIdentities(_ db: Database, _ t: ProjectionTables) throws {
         let member = try BulkStatement(db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
         for m in asids.sorted(by: { $0.asid < $1.asid }) {
             try member.run { $0.add(m.asid); $0.add(m.first.at); $0.add(m.first.eventID); $0.add("u:" + m.asid) }

@@ -156,3 +156,21 @@ struct ProjectionTables: Sendable {
         for name in Self.names { try db.execute(sql: "DROP TABLE IF EXISTS \(name)_g\(generation)") }
     }
 }
+
+/// How a friend list is stored (in `events.friends` and `friend_snapshots.friends`): the
+/// ASIDs joined by ','; the empty string is the empty list.
+enum StoredFriendList {
+    /// The ASIDs of a stored list (split on the bytes: lists are long and many).
+    static func split(_ stored: String) -> [String] {
+        var stored = stored
+        return stored.withUTF8 { bytes in
+            var list: [String] = []
+            var start = 0
+            for i in 0...bytes.count where i == bytes.count || bytes[i] == UInt8(ascii: ",") {
+                if i > start { list.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)) }
+                start = i + 1
+            }
+            return list
+        }
+    }
+}

@@ -40,7 +40,7 @@ struct ProjectionFact: Sendable {
         asid = row["asid"]
         linkEmail = row["link_email"]
         linkTFB = row["link_tfb"]
-        friends = (row["friends"] as String?).map { $0.isEmpty ? [] : $0.split(separator: ",").map(String.init) }
+        friends = (row["friends"] as String?).map(StoredFriendList.split)
         declinesFriends = row["declines_friends"] == 1
     }
 
@@ -296,7 +296,7 @@ struct ProjectionUpdater {
             let stored = try load.first({ $0.add(asid) }) { row in
                 FriendSnapshot(
                     listedAt: row.isNull(0) ? nil : EventKey(at: row.int(0), eventID: row.string(1)),
-                    friends: row.string(2).split(separator: ",").map(String.init),
+                    friends: StoredFriendList.split(row.string(2)),
                     declinedAt: row.isNull(3) ? nil : EventKey(at: row.int(3), eventID: row.string(4)))
             }
             var snapshot = stored ?? FriendSnapshot()
