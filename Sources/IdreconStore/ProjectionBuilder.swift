@@ -51,39 +51,43 @@ struct ProjectionBuilder {
     /// events folded so far.
     func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
         switch consume scanned {
-        case .inMemory(let facts):
-            let count = Int64(facts.devices.count)
-            try write(facts, merging: false, into: pool)
-            progress(count)
-        case .spilled(var first, var second, let partitions):
+        case .inMemory(var facts):
+            let rows = Handoff(facts.devices)
+            facts.devices = []
+            let devices = Background { Self.fold(devices: rows.take()) }
+            progress(try write(facts, devices: devices, merging: false, into: pool))
+        case .spilled(let first, let second, let partitions):
             var done: Int64 = 0
             for partition in 0..<partitions {
+                let devices = Background {
+                    var rows: [DeviceRow] = []
+                    try first.takeDevices(partition, into: &rows)
+                    try second.takeDevices(partition, into: &rows)
+                    return Self.fold(devices: rows)
+                }
                 var facts = Facts()
-                try first.take(partition, into: &facts)
-                try second.take(partition, into: &facts)
-                done += Int64(facts.devices.count)
-                try write(facts, merging: true, into: pool)
+                try first.takeLogins(partition, into: &facts)
+                try second.takeLogins(partition, into: &facts)
+                done += try write(facts, devices: devices, merging: true, into: pool)
                 progress(done)
             }
         }
     }
 
-    /// Folds one partition's facts and loads the rows.
-    private func write(_ facts: consuming Facts, merging: Bool, into pool: DatabasePool) throws {
-        // The devices are sorted and folded on the other core while this one folds and
-        // writes the ASIDs' rows.
-        let rows = Handoff(facts.devices)
-        facts.devices = []
-        let devices = Background { Self.fold(devices: rows.take()) }
+    /// Folds one partition's ASIDs and loads their rows and then the devices' (folded on
+    /// the other core meanwhile). Returns the partition's events.
+    private func write(_ facts: consuming Facts, devices: Background<FoldedDevices>, merging: Bool, into pool: DatabasePool) throws -> Int64 {
         var output = PartitionOutput(merging: merging)
         fold(asids: facts.asids, into: &output)
         output.mentions = facts.mentions
         facts = Facts()
+        var events = 0
         try pool.write { db in
             try output.writeIdentities(db, tables)
-            output.devices = try devices.result().get()
+            (output.devices, events) = try devices.result().get()
             try output.writeDevices(db, tables)
         }
+        return Int64(events)
     }
 
     /// After `load`: builds the secondary indexes, counts the link keys and assigns every
@@ -253,7 +257,8 @@ struct ProjectionBuilder {
     /// The facts of the events in a range of the log, spilled to a file per partition
     /// (devices by `device_key`, logins by `asid_key`) for `Facts` to take back one
     /// partition at a time.
-    struct SpilledFacts {
+    final class SpilledFacts: @unchecked Sendable {
+        // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
 
@@ -277,21 +282,25 @@ struct ProjectionBuilder {
             (self.devices, self.logins) = (devices, logins)
         }
 
-        /// Adds the spilled facts of `partition` to `facts` and deletes their files.
-        mutating func take(_ partition: Int, into facts: inout Facts) throws {
+        /// Appends the spilled device events of `partition` to `rows` and deletes their file.
+        func takeDevices(_ partition: Int, into rows: inout [DeviceRow]) throws {
             try devices[partition]?.forEach { row in
                 let hash = row.int(), app = row.string(), device = row.string(), at = row.int(), eventID = row.string()
                 let type: EventType = row.byte() == 1 ? .login : .logout
                 let tracking: Tracking? = switch row.byte() { case 0: nil; case 2: .limited; default: .enabled }
-                facts.add(DeviceRow(hash: hash, app: app, device: device,
-                                    fact: DeviceFact(key: EventKey(at: at, eventID: eventID), type: type, tracking: tracking, asid: row.optionalString())))
+                rows.append(DeviceRow(hash: hash, app: app, device: device,
+                                      fact: DeviceFact(key: EventKey(at: at, eventID: eventID), type: type, tracking: tracking, asid: row.optionalString())))
             }
+            devices[partition] = nil
+        }
+
+        /// Adds the spilled logins of `partition` to `facts` and deletes their file.
+        func takeLogins(_ partition: Int, into facts: inout Facts) throws {
             try logins[partition]?.forEach { row in
                 let asid = row.string(), at = row.int(), eventID = row.string(), email = row.optionalString(), tfb = row.optionalString()
                 facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), email: email, tfb: tfb,
                                    friends: row.optionalString(), declinesFriends: row.byte() == 1))
             }
-            devices[partition] = nil
             logins[partition] = nil
         }
     }
@@ -319,7 +328,7 @@ struct ProjectionBuilder {
     }
 
     /// Each device's state and limited spans, from its events in any order.
-    private static func fold(devices rows: consuming [DeviceRow]) -> [FoldedDevice] {
+    private static func fold(devices rows: consuming [DeviceRow]) -> FoldedDevices {
         var sorted = rows
         sorted.sort { a, b in
             if a.hash != b.hash { return a.hash < b.hash }
@@ -328,6 +337,7 @@ struct ProjectionBuilder {
             return a.fact.key < b.fact.key
         }
         var devices: [FoldedDevice] = []
+        let events = sorted.count
         var start = 0
         while start < sorted.count {
             let first = sorted[start]
@@ -346,7 +356,7 @@ struct ProjectionBuilder {
         sorted = []
         // In key order, for the load.
         devices.sort { ($0.app, $0.device) < ($1.app, $1.device) }
-        return devices
+        return (devices, events)
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
@@ -367,6 +377,8 @@ struct ProjectionBuilder {
 
 /// One device's folded state and limited spans.
 typealias FoldedDevice = (app: String, device: String, state: DeviceState, spans: [LimitedSpan])
+/// A partition's folded devices (in key order) and the events they were folded from.
+typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
 
 /// A value handed to another thread, which takes it (leaving nothing behind, so it can be
 /// mutated in place there).
