@@ -88,7 +88,7 @@ struct BulkStatement {
                 index += 1
                 return
             }
-            value.withUTF8 { bytes in
+            _ = value.withUTF8 { bytes in
                 if let base = bytes.baseAddress {
                     sqlite3_bind_text(handle, index, base, Int32(bytes.count), Self.transient)
                 } else {
