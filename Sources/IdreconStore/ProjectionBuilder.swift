@@ -19,7 +19,9 @@ struct ProjectionBuilder {
     /// The facts of a snapshot of the log, scanned: in memory when they fit one partition,
     /// otherwise spilled to a file per partition.
     enum ScannedFacts {
-        case inMemory(Facts)
+        /// Held in a box so that taking them leaves no second reference behind (the
+        /// devices are sorted in place).
+        case inMemory(Handoff<Facts>)
         case spilled(SpilledFacts, SpilledFacts, partitions: Int)
     }
 
@@ -38,7 +40,7 @@ struct ProjectionBuilder {
                 { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
                 { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
             facts.merge(&second)
-            return .inMemory(facts)
+            return .inMemory(Handoff(facts))
         }
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in try SpilledFacts(db, seqs: halves.0, partitions: partitions, directory: spillDirectory) } },
@@ -51,11 +53,12 @@ struct ProjectionBuilder {
     /// events folded so far.
     func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
         switch consume scanned {
-        case .inMemory(var facts):
-            let rows = Handoff(facts.devices)
-            facts.devices = []
-            let devices = Background { Self.fold(devices: rows.take()) }
-            progress(try write(facts, devices: devices, merging: false, into: pool))
+        case .inMemory(let box):
+            var facts = box.take()
+            // Folded before the ASIDs, not beside them: the sort's scratch space and the
+            // ASIDs' rows together would be the replay's peak of memory.
+            let devices = Self.fold(devices: facts.takeDevices())
+            progress(try write(facts, devices: { devices }, merging: false, into: pool))
         case .spilled(let first, let second, let partitions):
             var done: Int64 = 0
             for partition in 0..<partitions {
@@ -63,20 +66,21 @@ struct ProjectionBuilder {
                     var rows: [DeviceRow] = []
                     try first.takeDevices(partition, into: &rows)
                     try second.takeDevices(partition, into: &rows)
-                    return Self.fold(devices: rows)
+                    return Self.fold(devices: consume rows)
                 }
                 var facts = Facts()
                 try first.takeLogins(partition, into: &facts)
                 try second.takeLogins(partition, into: &facts)
-                done += try write(facts, devices: devices, merging: true, into: pool)
+                done += try write(facts, devices: { try devices.result().get() }, merging: true, into: pool)
                 progress(done)
             }
         }
     }
 
-    /// Folds one partition's ASIDs and loads their rows and then the devices' (folded on
-    /// the other core meanwhile). Returns the partition's events.
-    private func write(_ facts: consuming Facts, devices: Background<FoldedDevices>, merging: Bool, into pool: DatabasePool) throws -> Int64 {
+    /// Folds one partition's ASIDs and loads their rows and then the devices' (`devices`
+    /// waits for them if they are being folded on the other core). Returns the
+    /// partition's events.
+    private func write(_ facts: consuming Facts, devices: () throws -> FoldedDevices, merging: Bool, into pool: DatabasePool) throws -> Int64 {
         var output = PartitionOutput(merging: merging)
         fold(asids: facts.asids, into: &output)
         output.mentions = facts.mentions
@@ -84,7 +88,7 @@ struct ProjectionBuilder {
         var events = 0
         try pool.write { db in
             try output.writeIdentities(db, tables)
-            (output.devices, events) = try devices.result().get()
+            (output.devices, events) = try devices()
             try output.writeDevices(db, tables)
         }
         return Int64(events)
@@ -221,6 +225,12 @@ struct ProjectionBuilder {
 
         mutating func add(_ row: DeviceRow) { devices.append(row) }
 
+        /// The device events, leaving none (and no second reference to them) behind.
+        mutating func takeDevices() -> [DeviceRow] {
+            defer { devices = [] }
+            return devices
+        }
+
         mutating func add(_ login: LoginRow) {
             let key = login.key
             let list = login.friends.map(StoredFriendList.split)
@@ -329,7 +339,7 @@ struct ProjectionBuilder {
 
     /// Each device's state and limited spans, from its events in any order.
     private static func fold(devices rows: consuming [DeviceRow]) -> FoldedDevices {
-        var sorted = rows
+        var sorted = consume rows
         sorted.sort { a, b in
             if a.hash != b.hash { return a.hash < b.hash }
             if a.app != b.app { return a.app < b.app }
