@@ -21,16 +21,16 @@ extension EventStore {
     /// configuration. The bulk of the log is folded from a snapshot (see
     /// `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
     /// meanwhile are applied incrementally just before the swap. One replay runs at a time
-    /// per database (another waits); one that a `forget` overtakes starts over, so erased
-    /// data never comes back.
+    /// per database (another waits, calling `waiting` first); one that a `forget` overtakes
+    /// starts over, so erased data never comes back.
     public func replay(
         config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 1_000_000,
-        progress: (Int64, Int64) -> Void = { _, _ in }
+        progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(StoreError) -> ReplayReport {
-        let started = Date()
         do {
-            let lock = try ReplayLock(databasePath: path)
+            let lock = try ReplayLock(databasePath: path, waiting: waiting)
             defer { withExtendedLifetime(lock) {} }
+            let started = Date()
             while true {
                 let attempt = try rebuild(config: newConfig, verifyOnly: verifyOnly, partitionSize: partitionSize, progress: progress)
                 if var report = attempt {
@@ -174,12 +174,14 @@ private final class HeldSnapshot: @unchecked Sendable {
 private final class ReplayLock {
     private let descriptor: Int32
 
-    init(databasePath: String) throws {
+    init(databasePath: String, waiting: () -> Void) throws {
         let path = databasePath + ".replay-lock"
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             throw StoreError("replay could not open its lock file \(path): \(String(cString: strerror(errno))); check the directory's permissions")
         }
+        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
+        waiting()
         while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
     }
 

@@ -279,6 +279,8 @@ struct ReplayCommand: AsyncParsableCommand {
         let report = try storeCall { () throws(StoreError) in
             try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
                 progress.update("replay: \(done)/\(total) events")
+            } waiting: {
+                FileHandle.standardError.write(Data("replay: waiting for another replay of \(global.databasePath) to finish\n".utf8))
             }
         }
         progress.done()

@@ -77,6 +77,23 @@ import Testing
         #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 2)
         #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
     }
+
+    /// While another replay holds the database's replay lock, `replay` says it waits, then
+    /// runs when the lock is released.
+    @Test func replayWaitsForAnotherReplay() throws {
+        let (scratch, db) = try db()
+        defer { withExtendedLifetime(scratch) {} }
+        let lock = open(db + ".replay-lock", O_RDWR | O_CREAT, 0o644)
+        #expect(lock >= 0 && flock(lock, LOCK_EX) == 0)
+        let release = DispatchWorkItem { flock(lock, LOCK_UN); close(lock) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5, execute: release)
+        let started = Date()
+        let r = try run(Binaries.idrecon, ["replay", "--db", db, "--format", "csv"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stderr.contains("waiting for another replay of \(db)"))
+        #expect(Date().timeIntervalSince(started) >= 1.4)
+        release.wait()
+    }
 }
 
 @Suite struct AuditCLITests {
