@@ -21,7 +21,7 @@ struct ProjectionBuilder {
     enum ScannedFacts {
         /// Held in a box so that taking them leaves no second reference behind (the
         /// devices are sorted in place).
-        case inMemory(Handoff<Facts>)
+        case inMemory(Handoff<(Facts, otherDevices: [DeviceRow])>)
         case spilled(SpilledFacts, SpilledFacts, partitions: Int)
     }
 
@@ -39,8 +39,9 @@ struct ProjectionBuilder {
             var (facts, second) = try concurrently(
                 { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
                 { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
+            let otherDevices = second.takeDevices() // folded alongside, never concatenated
             facts.merge(&second)
-            return .inMemory(Handoff(facts))
+            return .inMemory(Handoff((facts, otherDevices)))
         }
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in try SpilledFacts(db, seqs: halves.0, partitions: partitions, directory: spillDirectory) } },
@@ -54,19 +55,16 @@ struct ProjectionBuilder {
     func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
         switch consume scanned {
         case .inMemory(let box):
-            var facts = box.take()
+            var (facts, otherDevices) = box.take()
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
-            let devices = Self.fold(devices: facts.takeDevices())
+            let devices = Self.fold(devices: facts.takeDevices(), takeAll(&otherDevices))
             progress(try write(facts, devices: { devices }, merging: false, into: pool))
         case .spilled(let first, let second, let partitions):
             var done: Int64 = 0
             for partition in 0..<partitions {
                 let devices = Background {
-                    var rows: [DeviceRow] = []
-                    try first.takeDevices(partition, into: &rows)
-                    try second.takeDevices(partition, into: &rows)
-                    return Self.fold(devices: consume rows)
+                    try Self.fold(devices: first.takeDevices(partition), second.takeDevices(partition))
                 }
                 var facts = Facts()
                 try first.takeLogins(partition, into: &facts)
@@ -219,6 +217,7 @@ struct ProjectionBuilder {
         /// The facts of the events in `seqs`.
         init(_ db: Database, seqs: ClosedRange<Int64>) throws {
             var facts = Facts()
+            facts.devices.reserveCapacity(seqs.count) // one per event: at most one per sequence number
             try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { _, login in facts.add(login) })
             self = facts
         }
@@ -226,10 +225,7 @@ struct ProjectionBuilder {
         mutating func add(_ row: DeviceRow) { devices.append(row) }
 
         /// The device events, leaving none (and no second reference to them) behind.
-        mutating func takeDevices() -> [DeviceRow] {
-            defer { devices = [] }
-            return devices
-        }
+        mutating func takeDevices() -> [DeviceRow] { takeAll(&devices) }
 
         mutating func add(_ login: LoginRow) {
             let key = login.key
@@ -243,10 +239,9 @@ struct ProjectionBuilder {
         }
 
         /// Adds the facts of other events (of the same partition).
+        /// Adds the ASIDs and mentions of other events (of the same partition); their
+        /// devices are left alone.
         mutating func merge(_ other: inout Facts) {
-            devices.reserveCapacity(devices.count + other.devices.count)
-            devices.append(contentsOf: other.devices)
-            other.devices = []
             for (asid, theirs) in other.asids {
                 guard var mine = asids.removeValue(forKey: asid) else {
                     asids[asid] = theirs
@@ -292,8 +287,9 @@ struct ProjectionBuilder {
             (self.devices, self.logins) = (devices, logins)
         }
 
-        /// Appends the spilled device events of `partition` to `rows` and deletes their file.
-        func takeDevices(_ partition: Int, into rows: inout [DeviceRow]) throws {
+        /// The spilled device events of `partition`; deletes their file.
+        func takeDevices(_ partition: Int) throws -> [DeviceRow] {
+            var rows: [DeviceRow] = []
             try devices[partition]?.forEach { row in
                 let hash = row.int(), app = row.string(), device = row.string(), at = row.int(), eventID = row.string()
                 let type: EventType = row.byte() == 1 ? .login : .logout
@@ -302,6 +298,7 @@ struct ProjectionBuilder {
                                       fact: DeviceFact(key: EventKey(at: at, eventID: eventID), type: type, tracking: tracking, asid: row.optionalString())))
             }
             devices[partition] = nil
+            return rows
         }
 
         /// Adds the spilled logins of `partition` to `facts` and deletes their file.
@@ -337,33 +334,47 @@ struct ProjectionBuilder {
         }
     }
 
-    /// Each device's state and limited spans, from its events in any order.
-    private static func fold(devices rows: consuming [DeviceRow]) -> FoldedDevices {
-        var sorted = consume rows
-        sorted.sort { a, b in
+    /// Each device's state and limited spans, from its events in any order (in two arrays:
+    /// each is sorted in place and the two are merged as they are folded, which needs no
+    /// copy of both).
+    private static func fold(devices first: consuming [DeviceRow], _ second: consuming [DeviceRow]) -> FoldedDevices {
+        func precedes(_ a: DeviceRow, _ b: DeviceRow) -> Bool {
             if a.hash != b.hash { return a.hash < b.hash }
             if a.app != b.app { return a.app < b.app }
             if a.device != b.device { return a.device < b.device }
             return a.fact.key < b.fact.key
         }
+        var a = consume first, b = consume second
+        a.sort(by: precedes)
+        b.sort(by: precedes)
+        let events = a.count + b.count
         var devices: [FoldedDevice] = []
-        let events = sorted.count
-        var start = 0
-        while start < sorted.count {
-            let first = sorted[start]
-            var end = start + 1
-            while end < sorted.count, sorted[end].hash == first.hash, sorted[end].app == first.app, sorted[end].device == first.device { end += 1 }
-            var state = DeviceState()
-            var spans: [LimitedSpan] = []
-            for row in sorted[start..<end] {
-                let (closed, opened) = state.apply(row.fact)
-                if let closed { spans[spans.count - 1] = closed }
-                if let opened { spans.append(opened) }
+        var current: DeviceRow?
+        var state = DeviceState()
+        var spans: [LimitedSpan] = []
+        var i = 0, j = 0
+        while i < a.count || j < b.count {
+            let row: DeviceRow
+            if j == b.count || (i < a.count && precedes(a[i], b[j])) {
+                row = a[i]
+                i += 1
+            } else {
+                row = b[j]
+                j += 1
             }
-            devices.append((first.app, first.device, state, spans))
-            start = end
+            if let device = current, device.hash != row.hash || device.app != row.app || device.device != row.device {
+                devices.append((device.app, device.device, state, spans))
+                (state, spans) = (DeviceState(), [])
+                current = row
+            } else if current == nil {
+                current = row
+            }
+            let (closed, opened) = state.apply(row.fact)
+            if let closed { spans[spans.count - 1] = closed }
+            if let opened { spans.append(opened) }
         }
-        sorted = []
+        if let device = current { devices.append((device.app, device.device, state, spans)) }
+        (a, b) = ([], [])
         // In key order, for the load.
         devices.sort { ($0.app, $0.device) < ($1.app, $1.device) }
         return (devices, events)
@@ -389,6 +400,13 @@ struct ProjectionBuilder {
 typealias FoldedDevice = (app: String, device: String, state: DeviceState, spans: [LimitedSpan])
 /// A partition's folded devices (in key order) and the events they were folded from.
 typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
+
+/// The elements of `array`, leaving it empty: the result is the only reference to them, so
+/// it can be sorted in place.
+func takeAll<T>(_ array: inout [T]) -> [T] {
+    defer { array = [] }
+    return array
+}
 
 /// A value handed to another thread, which takes it (leaving nothing behind, so it can be
 /// mutated in place there).
