@@ -37,8 +37,8 @@ struct ProjectionBuilder {
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         guard partitions > 1 else {
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
-                { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events)) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events)) } })
             let otherDevices = second.takeDevices() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
@@ -214,10 +214,10 @@ struct ProjectionBuilder {
 
         init() {}
 
-        /// The facts of the events in `seqs`.
-        init(_ db: Database, seqs: ClosedRange<Int64>) throws {
+        /// The facts of the events in `seqs` (`atMost` of them).
+        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int) throws {
             var facts = Facts()
-            facts.devices.reserveCapacity(seqs.count) // one per event: at most one per sequence number
+            facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
             try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { _, login in facts.add(login) })
             self = facts
         }
