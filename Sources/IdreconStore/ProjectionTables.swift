@@ -152,7 +152,13 @@ struct ProjectionTables: Sendable {
         }
     }
 
-    func drop(_ db: Database) throws {
+    /// Drops this generation's tables. Their pages are zeroed only when `erasing` (they
+    /// hold data a forget erased): Debian's SQLite zeroes every freed page by default
+    /// (`secure_delete`), which wrote a whole generation again just to drop it.
+    func drop(_ db: Database, erasing: Bool = false) throws {
+        let previous = try Int.fetchOne(db, sql: "PRAGMA secure_delete") ?? 0
+        try db.execute(sql: "PRAGMA secure_delete = \(erasing ? "ON" : "FAST")")
+        defer { try? db.execute(sql: "PRAGMA secure_delete = \(previous)") }
         for name in Self.names { try db.execute(sql: "DROP TABLE IF EXISTS \(name)_g\(generation)") }
     }
 }

@@ -86,7 +86,7 @@ extension EventStore {
         let report = try pool.write { db -> ReplayReport? in
             let now = try LogVersion(db)
             guard now.forgotten == seen.forgotten else {
-                try tables.drop(db) // folded from events a forget has since scrubbed
+                try tables.drop(db, erasing: true) // folded from events a forget has since scrubbed
                 return nil
             }
             var cursor = seen.lastSeq
