@@ -7,8 +7,8 @@ import IdreconDomain
 /// (`partitionSize` events) is spilled to temporary files by partition (devices by
 /// `device_key`, ASIDs by `asid_key`); each device and each ASID is folded once in
 /// event-time order in memory, and the rows are loaded in key order before the
-/// secondary indexes exist. Memory is bounded by the
-/// partition size, not by the log. The rules are the incremental updater's (the domain
+/// secondary indexes exist. Memory is bounded by the partition size, not by the log. The
+/// rules are the incremental updater's (the domain
 /// types `DeviceState`, `FriendSnapshot`, `IdentityRules`), so both give the same tables.
 struct ProjectionBuilder {
     let tables: ProjectionTables
@@ -238,7 +238,6 @@ struct ProjectionBuilder {
             if key < value { value = key }
         }
 
-        /// Adds the facts of other events (of the same partition).
         /// Adds the ASIDs and mentions of other events (of the same partition); their
         /// devices are left alone.
         mutating func merge(_ other: inout Facts) {
@@ -364,11 +363,9 @@ struct ProjectionBuilder {
             }
             if let device = current, device.hash != row.hash || device.app != row.app || device.device != row.device {
                 devices.append((device.app, device.device, state, spans))
-                (state, spans) = (DeviceState(), [])
-                current = row
-            } else if current == nil {
-                current = row
+                (current, state, spans) = (nil, DeviceState(), [])
             }
+            if current == nil { current = row }
             let (closed, opened) = state.apply(row.fact)
             if let closed { spans[spans.count - 1] = closed }
             if let opened { spans.append(opened) }
@@ -408,8 +405,8 @@ func takeAll<T>(_ array: inout [T]) -> [T] {
     return array
 }
 
-/// A value handed to another thread, which takes it (leaving nothing behind, so it can be
-/// mutated in place there).
+/// A value taken out once, leaving no reference behind: what takes it (another thread, or
+/// a later step) owns it alone and can mutate it in place or release it.
 final class Handoff<T>: @unchecked Sendable {
     private var value: T?
 

@@ -73,9 +73,9 @@ extension EventStore {
         // the live projections as the snapshot saw them, then the rebuilt tables `finish`
         // leaves alone. The snapshot is released as soon as it is digested (its read
         // transaction would keep the WAL from being checkpointed).
-        let held = HeldSnapshot(snapshots!.0)
+        let held = Handoff(snapshots!.0)
         snapshots = nil
-        let liveDigests = Background { try held.readOnce { db in try Self.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
+        let liveDigests = Background { try held.take().read { db in try Self.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
         let liveAtSnapshot = try liveDigests.result().get()
         let (_, loaded) = try concurrently(
@@ -154,18 +154,6 @@ private struct LogVersion: Equatable {
         (appliedSeq, generation) = (state.appliedSeq, state.generation)
         let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(events), 0), coalesce(max(forgotten_at), 0) FROM forgotten")!
         forgotten = [row[0], row[1], row[2]]
-    }
-}
-
-/// A snapshot read once, from another thread, then released.
-private final class HeldSnapshot: @unchecked Sendable {
-    private var snapshot: DatabaseSnapshot?
-
-    init(_ snapshot: DatabaseSnapshot) { self.snapshot = snapshot }
-
-    func readOnce<T>(_ body: (Database) throws -> T) throws -> T {
-        defer { snapshot = nil }
-        return try snapshot!.read(body)
     }
 }
 
