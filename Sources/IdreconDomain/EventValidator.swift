@@ -39,7 +39,7 @@ public enum EventValidator {
 
         let occurredText = try fields.requiredString("occurred_at")
         guard let occurredAt = Timestamp.parse(occurredText) else {
-            throw Rejection(.invalidField, "field 'occurred_at' is not an RFC 3339 timestamp with offset: \"\(occurredText)\"")
+            throw Rejection(.invalidField, "field 'occurred_at' is not an RFC 3339 timestamp with offset whose UTC form falls in the years 0001-9999: \"\(occurredText.prefix(64))\"")
         }
         fields.set("occurred_at", .string(Timestamp.format(occurredAt)))
 

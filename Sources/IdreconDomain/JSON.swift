@@ -12,11 +12,11 @@ public enum JSONValue: Equatable, Sendable {
         switch (lhs, rhs) {
         case (.null, .null): return true
         case let (.bool(a), .bool(b)): return a == b
-        case let (.number(a), .number(b)): return a == b
-        case let (.string(a), .string(b)): return a == b
+        case let (.number(a), .number(b)): return a.sameBytes(as: b)
+        case let (.string(a), .string(b)): return a.sameBytes(as: b)
         case let (.array(a), .array(b)): return a == b
         case let (.object(a), .object(b)):
-            return a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+            return a.count == b.count && zip(a, b).allSatisfy { $0.key.sameBytes(as: $1.key) && $0.value == $1.value }
         default: return false
         }
     }
@@ -24,7 +24,7 @@ public enum JSONValue: Equatable, Sendable {
     /// The member named `key` of an object, or nil.
     public subscript(key: String) -> JSONValue? {
         guard case let .object(members) = self else { return nil }
-        return members.first(where: { $0.key == key })?.value
+        return members.first(where: { $0.key.sameBytes(as: key) })?.value
     }
 }
 
@@ -99,13 +99,23 @@ public struct JSONParser {
         mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
             index += 1
             var members: [(key: String, value: JSONValue)] = []
+            // Keys are compared by bytes (RFC 8259: "é" and "e\u0301" differ); past a few
+            // members through a set, so a record with many keys stays linear.
+            var seen = Set<[UInt8]>()
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected an object key") }
                 let key = try parseString()
-                if members.contains(where: { $0.key == key }) { throw fail("duplicate key \"\(key)\"") }
+                let duplicate: Bool
+                if members.count < 16 {
+                    duplicate = members.contains(where: { $0.key.sameBytes(as: key) })
+                } else {
+                    if seen.isEmpty { for member in members { seen.insert(Array(member.key.utf8)) } }
+                    duplicate = !seen.insert(Array(key.utf8)).inserted
+                }
+                if duplicate { throw fail("duplicate key \"\(key.prefix(64))\"") }
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 index += 1

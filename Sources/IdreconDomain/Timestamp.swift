@@ -2,7 +2,8 @@
 public enum Timestamp {
     /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`. `T` may be `t` or a space and `Z`
     /// may be `z` (RFC 3339 §5.6 note). Fractions below a millisecond are truncated.
-    /// Leap second 60 is rejected. Returns nil when the text is not such a timestamp.
+    /// Leap second 60 is rejected. Returns nil when the text is not such a timestamp, or when
+    /// its UTC instant falls outside `range` (it could not be written back as RFC 3339).
     public static func parse(_ text: String) -> Int64? {
         var utf8 = Array(text.utf8)
         guard utf8.count >= 20 else { return nil }
@@ -53,8 +54,15 @@ public enum Timestamp {
         utf8.removeAll()
         let days = daysFromCivil(year: year, month: month, day: day)
         let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
-        return seconds * 1000 + Int64(millis)
+        let instant = seconds * 1000 + Int64(millis)
+        return range.contains(instant) ? instant : nil
     }
+
+    /// The instants whose UTC form has a four-digit year: 0001-01-01T00:00:00.000Z through
+    /// 9999-12-31T23:59:59.999Z.
+    public static let range: ClosedRange<Int64> =
+        Int64(daysFromCivil(year: 1, month: 1, day: 1)) * 86_400_000
+        ... Int64(daysFromCivil(year: 9999, month: 12, day: 31) + 1) * 86_400_000 - 1
 
     /// Formats UTC milliseconds as `YYYY-MM-DDTHH:MM:SS.sssZ`.
     public static func format(_ millis: Int64) -> String {

@@ -47,13 +47,34 @@ public struct KeySet: Sendable {
     }
 }
 
-/// Base64url without padding (RFC 7515).
+/// Base64url without padding (RFC 7515), decoded strictly: only `A–Z a–z 0–9 - _`, no `=`,
+/// no `+`/`/`, and no leftover bits (one text per byte string).
 public enum Base64URL {
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !s.contains("=") || s.hasSuffix("=") else { return nil }
-        while s.count % 4 != 0 { s += "=" }
-        return Data(base64Encoded: s).map { [UInt8]($0) }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count * 3 / 4)
+        var buffer: UInt32 = 0, bits = 0
+        for byte in text.utf8 {
+            let value: UInt32
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = UInt32(byte - UInt8(ascii: "A"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = UInt32(byte - UInt8(ascii: "a")) + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = UInt32(byte - UInt8(ascii: "0")) + 52
+            case UInt8(ascii: "-"): value = 62
+            case UInt8(ascii: "_"): value = 63
+            default: return nil
+            }
+            buffer = (buffer << 6) | value
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: buffer >> UInt32(bits)))
+                buffer &= (1 << UInt32(bits)) - 1
+            }
+        }
+        // 6 leftover bits are a dangling character; other leftovers must be zero padding bits.
+        guard bits < 6, buffer == 0 else { return nil }
+        return out
     }
 
     public static func encode(_ bytes: some Sequence<UInt8>) -> String {
@@ -91,7 +112,7 @@ public struct TokenVerifier: Sendable {
     /// Why a token fails; the detail names the failed check.
     public enum Failure: Error, Equatable, Sendable {
         case missing, malformed(String), algorithm(String), unknownKey(String), signature, issuer(String), audience, subject, nonce
-        case expired, issuedInFuture, claimMismatch(String)
+        case expired, issuedInFuture, claimMismatch(String), outOfRange(String)
 
         public var detail: String {
             switch self {
@@ -107,6 +128,7 @@ public struct TokenVerifier: Sendable {
             case .expired: return "exp is not after occurred_at (expired at login time)"
             case .issuedInFuture: return "iat is after occurred_at (beyond the allowed skew)"
             case let .claimMismatch(claim): return "claim '\(claim)' disagrees with the event"
+            case let .outOfRange(claim): return "\(claim) out of range (a NumericDate within the years 1970-9999)"
             }
         }
     }
@@ -139,35 +161,51 @@ public struct TokenVerifier: Sendable {
         guard key.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: SHA256.hash(data: signed), padding: .insecurePKCS1v1_5)
         else { throw .signature }
 
-        guard case let .string(iss)? = claims["iss"], issuers.contains(iss) else {
+        guard case let .string(iss)? = claims["iss"], issuers.contains(where: { $0.sameBytes(as: iss) }) else {
             if case let .string(iss)? = claims["iss"] { throw .issuer(iss) }
             throw .issuer("(none)")
         }
         switch claims["aud"] {
-        case let .string(aud)? where aud == event.appID: break
-        case let .array(auds)? where auds.contains(.string(event.appID)): break
+        case let .string(aud)? where aud.sameBytes(as: event.appID): break
+        case let .array(auds)? where auds.contains(where: { if case let .string(a) = $0 { a.sameBytes(as: event.appID) } else { false } }):
+            break
         default: throw .audience
         }
-        guard case let .string(sub)? = claims["sub"], sub == event.asid else { throw .subject }
-        guard case let .string(nonce)? = claims["nonce"], nonce == event.nonce else { throw .nonce }
-        guard let exp = Self.seconds(claims["exp"]), exp * 1000 > event.occurredAt else { throw .expired }
-        if let iat = Self.seconds(claims["iat"]), iat * 1000 > event.occurredAt + skewMillis { throw .issuedInFuture }
+        guard case let .string(sub)? = claims["sub"], let asid = event.asid, sub.sameBytes(as: asid) else { throw .subject }
+        guard case let .string(nonce)? = claims["nonce"], let eventNonce = event.nonce, nonce.sameBytes(as: eventNonce) else {
+            throw .nonce
+        }
+        guard let exp = try Self.seconds(claims["exp"], "exp"), exp * 1000 > event.occurredAt else { throw .expired }
+        if let iat = try Self.seconds(claims["iat"], "iat"), iat * 1000 > event.occurredAt + skewMillis { throw .issuedInFuture }
         if case let .string(email)? = claims["email"], let eventEmail = event.email,
-           LinkKey.normalizedEmail(email) != LinkKey.normalizedEmail(eventEmail) {
+           !LinkKey.normalizedEmail(email).sameBytes(as: LinkKey.normalizedEmail(eventEmail)) {
             throw .claimMismatch("email")
         }
         if case let .array(friends)? = claims["user_friends"], let eventFriends = event.friendASIDs {
-            let claimed = Set(friends.compactMap { v -> String? in
-                if case let .string(s) = v { return s }
-                if case let .object = v, case let .string(id)? = v["id"] { return id }
+            let claimed = Set(friends.compactMap { v -> [UInt8]? in
+                if case let .string(s) = v { return Array(s.utf8) }
+                if case let .object = v, case let .string(id)? = v["id"] { return Array(id.utf8) }
                 return nil
             })
-            if claimed.subtracting([event.asid ?? ""]) != Set(eventFriends) { throw .claimMismatch("user_friends") }
+            if claimed.subtracting([Array((event.asid ?? "").utf8)]) != Set(eventFriends.map { Array($0.utf8) }) {
+                throw .claimMismatch("user_friends")
+            }
         }
     }
 
-    static func seconds(_ value: JSONValue?) -> Int64? {
-        guard case let .number(n)? = value else { return nil }
-        return Int64(n) ?? Double(n).map { Int64($0) }
+    /// The latest NumericDate accepted: 9999-12-31T23:59:59Z.
+    static let maxSeconds: Int64 = 253_402_300_799
+
+    /// A NumericDate claim in whole seconds; nil when absent, out of range when not a finite
+    /// number within the years 1970-9999 (so no conversion can overflow).
+    static func seconds(_ value: JSONValue?, _ claim: String) throws(Failure) -> Int64? {
+        guard let value else { return nil }
+        guard case let .number(n) = value else { throw .malformed("\(claim) is not a NumericDate") }
+        if let whole = Int64(n) {
+            guard whole >= 0, whole <= maxSeconds else { throw .outOfRange(claim) }
+            return whole
+        }
+        guard let real = Double(n), real.isFinite, real >= 0, real < Double(maxSeconds + 1) else { throw .outOfRange(claim) }
+        return Int64(real.rounded(.down))
     }
 }

@@ -39,12 +39,16 @@ public struct FileIngestor: Sendable {
     public var chunkSize: Int
     /// Verifies `id_token`s of limited logins when set (`--jwks`).
     public var tokens: TokenVerifier?
+    /// Longer lines are quarantined as `malformed_json` without being held in memory.
+    public var maxRecordBytes: Int
 
-    public init(store: EventStore, batchSize: Int = 64000, chunkSize: Int = FileIngestor.defaultChunkSize, tokens: TokenVerifier? = nil) {
+    public init(store: EventStore, batchSize: Int = 64000, chunkSize: Int = FileIngestor.defaultChunkSize, tokens: TokenVerifier? = nil,
+                maxRecordBytes: Int = RecordSize.defaultLimit) {
         self.store = store
         self.batchSize = batchSize
         self.chunkSize = chunkSize
         self.tokens = tokens
+        self.maxRecordBytes = maxRecordBytes
     }
 
     /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe).
@@ -86,17 +90,24 @@ public struct FileIngestor: Sendable {
         }
         summary.resumedAt = startOffset
 
-        var reader = LineReader(fd: fd, startOffset: startOffset)
+        var reader = LineReader(fd: fd, startOffset: startOffset, maxLineBytes: maxRecordBytes)
         let writer = PipelinedWriter(store: store, transactionRecords: batchSize)
         // Validation works in chunks; the writer joins waiting chunks into transactions of
         // up to `batchSize` records, so memory does not grow with the transaction size.
         let chunkSize = min(batchSize, self.chunkSize)
         var pending: [(raw: [UInt8], origin: RecordOrigin)] = []
         pending.reserveCapacity(chunkSize)
+        // Oversized lines of `pending`, by index: only their beginning is in `pending`.
+        var oversized: [Int: (bytes: Int64, eventID: String?)] = [:]
         var lastOffset = startOffset
 
         func flush() throws(IngestError) {
-            let records = BatchValidator.validate(pending, tokens: tokens)
+            var records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes)
+            for (i, line) in oversized {
+                records[i] = IncomingRecord(oversized: pending[i].raw, bytes: line.bytes, limit: maxRecordBytes,
+                                            eventID: line.eventID, origin: pending[i].origin)
+            }
+            oversized.removeAll()
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
             try writer.submit(records, positions: position)
             pending.removeAll(keepingCapacity: true)
@@ -109,11 +120,17 @@ public struct FileIngestor: Sendable {
             lineNumber += 1
             summary.lines += 1
             lastOffset = endOffset
-            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) {
-                summary.skippedBlank += 1
-                continue
+            switch line {
+            case let .text(text):
+                if text.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) {
+                    summary.skippedBlank += 1
+                    continue
+                }
+                pending.append((Array(text), RecordOrigin(source: source, position: lineNumber)))
+            case let .oversized(prefix, bytes, eventID):
+                oversized[pending.count] = (bytes, eventID)
+                pending.append((prefix, RecordOrigin(source: source, position: lineNumber)))
             }
-            pending.append((Array(line), RecordOrigin(source: source, position: lineNumber)))
             if pending.count >= chunkSize { try flush() }
         }
         // Always commit at the end so blank trailing lines advance the stored position too.
@@ -143,14 +160,16 @@ public struct FileIngestor: Sendable {
 public enum BatchValidator {
     static let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
-    public static func validate(_ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil) -> [IncomingRecord] {
+    public static func validate(
+        _ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil, maxRecordBytes: Int = RecordSize.defaultLimit
+    ) -> [IncomingRecord] {
         let chunks = max(1, min(pending.count / 256, cores * 2))
         return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
             nonisolated(unsafe) let out = buffer
             DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
                 let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
                 for i in lower..<upper {
-                    var record = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin)
+                    var record = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin, maxBytes: maxRecordBytes)
                     if let tokens, case let .success(event) = record.validation, let failure = tokens.check(event) {
                         record.validation = .failure(Rejection(.tokenInvalid, failure.detail))
                     }

@@ -12,7 +12,10 @@ public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
     private let queue = DispatchQueue(label: "idrecon.ingest.writer")
-    private let slots: DispatchSemaphore
+    /// Free places for batches; a condition, not a `DispatchSemaphore`, because a writer
+    /// that stops on a failure (a full disk) may be released with batches still counted,
+    /// and a semaphore deallocated below its initial value traps.
+    private let slots: Slots
     private let lock = NSLock()
     private var waiting: [(records: [IncomingRecord], positions: [ConsumedPosition])] = []
     private var outcome = BatchOutcome()
@@ -22,14 +25,23 @@ public final class PipelinedWriter: @unchecked Sendable {
     public init(store: EventStore, depth: Int = 2, transactionRecords: Int) {
         self.store = store
         self.transactionRecords = transactionRecords
-        self.slots = DispatchSemaphore(value: depth)
+        self.slots = Slots(depth)
     }
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
     public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
         try check()
-        slots.wait()
-        lock.withLock { waiting.append((records, positions)) }
+        slots.take()
+        let queued = lock.withLock { () -> Bool in
+            guard failure == nil else { return false }
+            waiting.append((records, positions))
+            return true
+        }
+        guard queued else {
+            slots.give()
+            try check()
+            return
+        }
         queue.async { [self] in writeWaiting() }
     }
 
@@ -42,7 +54,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         do throws(StoreError) {
             result = .success(try store.appendBatches { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
-                slots.signal()
+                slots.give()
                 records += batch.records.count
                 last = batch.positions.first ?? last
                 return batch
@@ -57,7 +69,7 @@ public final class PipelinedWriter: @unchecked Sendable {
                 if let last { committed = (last.position, last.records) }
             case let .failure(error):
                 failure = error
-                for _ in waiting { slots.signal() } // unblock the submitter, which then sees the failure
+                for _ in waiting { slots.give() } // unblock the submitter, which then sees the failure
                 waiting.removeAll()
             }
         }
@@ -79,5 +91,27 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     private func check() throws(IngestError) {
         if let failure = lock.withLock({ failure }) { throw IngestError(failure.description) }
+    }
+}
+
+/// A counting limit on queued batches.
+private final class Slots: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var free: Int
+
+    init(_ count: Int) { free = count }
+
+    func take() {
+        condition.lock()
+        while free == 0 { condition.wait() }
+        free -= 1
+        condition.unlock()
+    }
+
+    func give() {
+        condition.lock()
+        free += 1
+        condition.signal()
+        condition.unlock()
     }
 }

@@ -19,6 +19,8 @@ public struct ConsumeOptions: Sendable {
     public var commitToKafka = true
     /// Verifies `id_token`s of limited logins when set (`--jwks`).
     public var tokens: TokenVerifier?
+    /// Longer record values are quarantined as `malformed_json`, only their beginning kept.
+    public var maxRecordBytes = RecordSize.defaultLimit
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -157,7 +159,7 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// commit in one transaction while the next batch is read and validated.
     private func flush() throws {
         guard !pending.isEmpty else { return }
-        let records = BatchValidator.validate(pending, tokens: options.tokens)
+        let records = BatchValidator.validate(pending, tokens: options.tokens, maxRecordBytes: options.maxRecordBytes)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
         try writer.submit(records, positions: positions) // waits for the batch before: it is committed now

@@ -35,12 +35,13 @@ public final class EventStore: Sendable {
             throw StoreError("no database at \(path); run 'idrecon ingest' or 'idrecon consume' first, or pass --db")
         }
         // Two processes opening a new database at once race on switching it to WAL and on
-        // the migrations: an advisory lock (taken before SQLite touches the file) serializes
-        // writers' opening; the second finds everything applied.
-        let lockFD = readOnly ? -1 : open(path, O_RDONLY | O_CREAT, 0o644)
-        if lockFD >= 0 { flock(lockFD, LOCK_EX) }
-        defer { if lockFD >= 0 { flock(lockFD, LOCK_UN); close(lockFD) } }
+        // the migrations: a lock on a sidecar file serializes writers' opening; the second
+        // finds everything applied. Never a descriptor of the database file itself: closing
+        // it would drop SQLite's POSIX locks (see `LockFile`).
+        let openLock = readOnly ? nil : try LockFile(databasePath: path, name: "open-lock")
+        defer { withExtendedLifetime(openLock) {} }
         do {
+            if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
             pool = try DatabasePool(path: path, configuration: config)
             if readOnly {
                 let pending = try pool.read { db in try !Schema.migrator.hasCompletedMigrations(db) }
@@ -68,8 +69,38 @@ public final class EventStore: Sendable {
         } catch let error as StoreError {
             throw error
         } catch {
-            throw StoreError("cannot open database \(path): \(Self.describe(error))")
+            throw StoreError("cannot open database \(path): \(Self.describe(error))\(Self.foreignSidecars(path, error))")
         }
+    }
+
+    /// Refuses a non-empty SQLite database that idrecon did not create, before anything
+    /// (the switch to WAL, the migrations) changes it.
+    private static func refuseForeignDatabase(_ path: String) throws {
+        var config = Configuration()
+        config.readonly = true
+        config.busyMode = .timeout(30)
+        let foreign = try DatabaseQueue(path: path, configuration: config).read { db in
+            let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
+            return try tables > 0 && !db.tableExists("grdb_migrations")
+        }
+        if foreign {
+            throw StoreError("\(path) is an SQLite database that idrecon did not create; pass a new file or an idrecon database with --db")
+        }
+    }
+
+    /// When SQLite cannot write, a `-wal`/`-shm` file left by a reader running as another user
+    /// is the usual cause: say so, and what to do.
+    private static func foreignSidecars(_ path: String, _ error: any Error) -> String {
+        guard let db = error as? DatabaseError, db.resultCode == .SQLITE_READONLY || db.resultCode == .SQLITE_CANTOPEN else { return "" }
+        for suffix in ["-wal", "-shm"] {
+            var info = stat()
+            if stat(path + suffix, &info) == 0, info.st_uid != geteuid() {
+                return "; \(path + suffix) belongs to uid \(info.st_uid) (left by a reader running as that user): "
+                    + "chown them to this user, or, when no process has the database open, remove \(path)-shm "
+                    + "(and \(path)-wal if it is empty)"
+            }
+        }
+        return ""
     }
 
     static func describe(_ error: any Error) -> String {
@@ -155,7 +186,7 @@ public final class EventStore: Sendable {
             let event: LoginEvent
             switch record.validation {
             case let .failure(rejection):
-                try quarantine(record, rejection, eventID: Self.bestEffortEventID(record.raw))
+                try quarantine(record, rejection, eventID: record.knownEventID ?? Self.bestEffortEventID(record.raw))
                 continue
             case let .success(e):
                 event = e
@@ -171,7 +202,8 @@ public final class EventStore: Sendable {
             }
             let inserted = db.changesCount == 1
             let seq = db.lastInsertedRowID
-            if let id = record.quarantineID, try inserted || String.fetchOne(findEvent, arguments: [event.eventID]) == event.canonicalPayload {
+            if let id = record.quarantineID,
+               try inserted || String.fetchOne(findEvent, arguments: [event.eventID])?.sameBytes(as: event.canonicalPayload) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
             }
             if inserted {
@@ -180,9 +212,10 @@ public final class EventStore: Sendable {
             } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
                 // A re-delivered event of a forgotten ASID matches its scrubbed form.
                 let scrubbedMatch = { () throws -> Bool in
-                    try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0 == existing
+                    try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0.sameBytes(as: existing) == true
                 }
-                if try existing == event.canonicalPayload || scrubbedMatch() {
+                // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301" differ.
+                if try existing.sameBytes(as: event.canonicalPayload) || scrubbedMatch() {
                     outcome.duplicates += 1
                 } else {
                     try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)

@@ -131,7 +131,7 @@ struct ProjectionBuilder {
                 names.append(asid)
                 parent.append(i)
             }
-            if key == previousKey {
+            if key.sameBytes(as: previousKey) {
                 let (a, b) = (find(previous), find(i))
                 if a != b { parent[Int(max(a, b))] = min(a, b) }
             }
@@ -187,7 +187,7 @@ struct ProjectionBuilder {
         }
 
         mutating func addKey(_ key: String, at login: EventKey) {
-            if let i = keys.firstIndex(where: { $0.key == key }) {
+            if let i = keys.firstIndex(where: { $0.key.sameBytes(as: key) }) {
                 if login < keys[i].first { keys[i].first = login }
             } else {
                 keys.append((key, login))
@@ -339,8 +339,10 @@ struct ProjectionBuilder {
     private static func fold(devices first: consuming [DeviceRow], _ second: consuming [DeviceRow]) -> FoldedDevices {
         func precedes(_ a: DeviceRow, _ b: DeviceRow) -> Bool {
             if a.hash != b.hash { return a.hash < b.hash }
-            if a.app != b.app { return a.app < b.app }
-            if a.device != b.device { return a.device < b.device }
+            // Bytes, not Swift's canonical-equivalence order: two device IDs that differ only
+            // in normalization are two devices (a hash collision must not merge them).
+            if !a.app.sameBytes(as: b.app) { return a.app.utf8.lexicographicallyPrecedes(b.app.utf8) }
+            if !a.device.sameBytes(as: b.device) { return a.device.utf8.lexicographicallyPrecedes(b.device.utf8) }
             return a.fact.key < b.fact.key
         }
         var a = consume first, b = consume second
@@ -361,7 +363,8 @@ struct ProjectionBuilder {
                 row = b[j]
                 j += 1
             }
-            if let device = current, device.hash != row.hash || device.app != row.app || device.device != row.device {
+            if let device = current, device.hash != row.hash || !device.app.sameBytes(as: row.app)
+                || !device.device.sameBytes(as: row.device) {
                 devices.append((device.app, device.device, state, spans))
                 (current, state, spans) = (nil, DeviceState(), [])
             }

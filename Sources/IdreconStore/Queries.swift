@@ -92,7 +92,8 @@ extension EventStore {
             let page = try quarantineEntries(code: code, limit: batchSize, afterID: after)
             guard let last = page.last else { break }
             after = last.id
-            let records = page.map { entry in
+            // An oversized record kept only in part cannot pass; its reason stays as it was.
+            let records = page.filter { !RecordSize.isOversizeRejection($0.message) }.map { entry in
                 IncomingRecord(
                     raw: entry.raw,
                     origin: RecordOrigin(source: entry.source, position: entry.position, partition: entry.partition, key: entry.recordKey),

@@ -29,12 +29,32 @@ public struct IncomingRecord: Sendable {
     /// The valid event's derived columns, computed where the record is validated (off
     /// the single writer).
     private(set) var columns: EventColumns?
+    /// The event ID of a record that is not kept whole (oversized), when one could be read.
+    public private(set) var knownEventID: String?
 
-    public init(raw: [UInt8], origin: RecordOrigin) {
-        self.raw = raw
+    /// Validates `raw`; a record over `maxBytes` is `malformed_json` without being parsed,
+    /// and only its beginning is kept (`RecordSize`).
+    public init(raw: [UInt8], origin: RecordOrigin, maxBytes: Int = RecordSize.defaultLimit) {
         self.origin = origin
+        guard raw.count <= maxBytes else {
+            var scanner = EventIDScanner()
+            scanner.feed(raw)
+            self.raw = Array(raw.prefix(RecordSize.keptBytes))
+            self.validation = .failure(RecordSize.rejection(bytes: Int64(raw.count), limit: maxBytes))
+            self.knownEventID = scanner.eventID
+            return
+        }
+        self.raw = raw
         self.validation = EventValidator.validate(raw)
         columns = Self.columns(validation)
+    }
+
+    /// A record of `bytes` bytes over `limit`, of which `prefix` is kept.
+    public init(oversized prefix: [UInt8], bytes: Int64, limit: Int, eventID: String?, origin: RecordOrigin) {
+        self.raw = prefix
+        self.origin = origin
+        self.validation = .failure(RecordSize.rejection(bytes: bytes, limit: limit))
+        self.knownEventID = eventID
     }
 
     private static func columns(_ validation: Result<LoginEvent, Rejection>) -> EventColumns? {

@@ -28,7 +28,7 @@ extension EventStore {
         progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(StoreError) -> ReplayReport {
         do {
-            let lock = try ReplayLock(databasePath: path, waiting: waiting)
+            let lock = try LockFile(databasePath: path, name: "replay-lock", waiting: waiting)
             defer { withExtendedLifetime(lock) {} }
             let started = Date()
             while true {
@@ -155,23 +155,4 @@ private struct LogVersion: Equatable {
         let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(events), 0), coalesce(max(forgotten_at), 0) FROM forgotten")!
         forgotten = [row[0], row[1], row[2]]
     }
-}
-
-/// One replay at a time per database: an advisory lock on `<database>.replay-lock`, held
-/// while the lock lives; the system releases it if the process dies.
-private final class ReplayLock {
-    private let descriptor: Int32
-
-    init(databasePath: String, waiting: () -> Void) throws {
-        let path = databasePath + ".replay-lock"
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else {
-            throw StoreError("replay could not open its lock file \(path): \(String(cString: strerror(errno))); check the directory's permissions")
-        }
-        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
-        waiting()
-        while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
-    }
-
-    deinit { close(descriptor) }
 }

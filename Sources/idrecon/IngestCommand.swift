@@ -18,11 +18,12 @@ struct IngestCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
     @OptionGroup var tokens: TokenOptions
+    @OptionGroup var limits: RecordOptions
 
     @Argument(help: ArgumentHelp("JSON-lines file, or - for standard input.", valueName: "file"))
     var file: String
 
-    @Option(help: "Records per transaction.")
+    @Option(parsing: .unconditional, help: "Records per transaction.")
     var batchSize = 64000
 
     func validate() throws {
@@ -35,7 +36,8 @@ struct IngestCommand: AsyncParsableCommand {
         }
         let store: EventStore
         do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
-        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier())
+        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(),
+                                    maxRecordBytes: limits.maxRecordBytes)
         var progress = ProgressLine()
         let started = Date()
         let summary: IngestSummary

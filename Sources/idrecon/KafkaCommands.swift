@@ -63,14 +63,15 @@ struct ConsumeCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var logging: LoggingOptions
     @OptionGroup var tokens: TokenOptions
+    @OptionGroup var limits: RecordOptions
     @Option(help: "Kafka bootstrap servers (host:port,…); not needed with --embedded.") var brokers: String?
     @Option(help: "Topic to consume.") var topic = "login-events"
     @Option(help: "Consumer group.") var group = "idrecon"
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
     @Option(help: "A file of librdkafka settings, one key=value per line (# comments).") var config: String?
-    @Option(help: "Records per transaction (at most; --batch-ms commits sooner).") var batchSize = 64000
-    @Option(help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
+    @Option(parsing: .unconditional, help: "Records per transaction (at most; --batch-ms commits sooner).") var batchSize = 64000
+    @Option(parsing: .unconditional, help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
     @Flag(help: "Exit 0 once every assigned partition has reached its end.") var exitAtEnd = false
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
     var embeddedFlag = false
@@ -111,6 +112,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.batchMilliseconds = batchMs
         options.exitAtEnd = exitAtEnd
         options.tokens = try tokens.verifier()
+        options.maxRecordBytes = limits.maxRecordBytes
         StopSignal.install()
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
         var progress = ProgressLine()

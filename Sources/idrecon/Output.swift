@@ -169,3 +169,18 @@ struct TokenOptions: ParsableArguments {
             skewMillis: Int64(tokenSkew) * 1000, requireToken: requireToken)
     }
 }
+
+/// Limits on what one record may be, for the commands that read records.
+struct RecordOptions: ParsableArguments {
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Longer records are quarantined as malformed_json without being held in memory; "
+                + "their first \(RecordSize.keptBytes) bytes are kept.", valueName: "bytes"))
+    var maxRecordBytes = RecordSize.defaultLimit
+
+    func validate() throws {
+        guard maxRecordBytes >= 1024 else { throw ValidationError("--max-record-bytes must be at least 1024") }
+        guard maxRecordBytes <= 1 << 30 else { throw ValidationError("--max-record-bytes must be at most 1073741824 (1 GiB)") }
+    }
+}

@@ -83,7 +83,7 @@ func limitedLogin(token: String?, nonce: String = "n-400") -> LoginEvent {
             (hsInput + "." + Base64URL.encode(Array(hsSignature)), .algorithm("HS256")),
             (issuer.token(header: #"{"alg":"RS256","kid":"other"}"#), .unknownKey("other")),
             (parts[0] + "." + tamperedPayload + "." + parts[2], .signature),
-            (parts[0] + "." + parts[1] + "." + String(parts[2].dropLast(12)), .signature),
+            (parts[0] + "." + parts[1] + "." + String(parts[2].dropLast(18)), .signature),
             (good + ".extra", .malformed("4 parts, expected 3")),
             (issuer.token(claims: ["iss": #""https://evil.example""#]), .issuer("https://evil.example")),
             (issuer.token(claims: ["aud": #""2""#]), .audience),

@@ -11,6 +11,15 @@ public struct EventKey: Comparable, Hashable, Sendable {
         self.eventID = eventID
     }
 
+    /// Byte equality, as everywhere data is compared (Swift's `String ==` is canonical equivalence).
+    public static func == (a: EventKey, b: EventKey) -> Bool { a.at == b.at && a.eventID.sameBytes(as: b.eventID) }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(at)
+        hasher.combine(eventID.utf8.count)
+        for byte in eventID.utf8 { hasher.combine(byte) }
+    }
+
     public static func < (a: EventKey, b: EventKey) -> Bool {
         a.at != b.at ? a.at < b.at : a.eventID.utf8.lexicographicallyPrecedes(b.eventID.utf8)
     }
@@ -61,6 +70,11 @@ public enum LinkKey {
 }
 
 extension String {
+    /// Whether both hold the same UTF-8 bytes: "the same data". Swift's `==` instead treats
+    /// canonically equivalent texts (`é` and `e` + U+0301) as equal.
+    @inlinable
+    public func sameBytes(as other: String) -> Bool { utf8.elementsEqual(other.utf8) }
+
     func trimmingWhitespace() -> String {
         let scalars = unicodeScalars
         guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }) else { return "" }
