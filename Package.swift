@@ -87,6 +87,9 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "IdreconCLITests", dependencies: ["IdreconStore", "IdreconKafka", "EventGenerator"]),
+        .testTarget(
+            name: "IdreconCLITests",
+            dependencies: ["IdreconStore", "IdreconKafka", "EventGenerator", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
     ]
 )
