@@ -2,12 +2,13 @@ import Foundation
 import GRDB
 import IdreconDomain
 
-/// Append-only, named migrations. Never edit a shipped migration; add a new one.
+/// Append-only, named migrations. Never edit a shipped migration; add a new one. Each is
+/// literal SQL that depends on nothing of today's code (reason codes, projection tables,
+/// configuration types): a database made by any release upgrades the same way.
 enum Schema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-event-log") { db in
-            let codes = ReasonCode.allCases.map { "'\($0.rawValue)'" }.joined(separator: ",")
             try db.execute(sql: """
                 CREATE TABLE sources (
                     id   INTEGER PRIMARY KEY,
@@ -47,7 +48,7 @@ enum Schema {
                     partition      INTEGER,
                     record_key     BLOB,
                     raw            BLOB NOT NULL,
-                    code           TEXT NOT NULL CHECK (code IN (\(codes))),
+                    code           TEXT NOT NULL CHECK (code IN ('malformed_json','unsupported_schema','missing_field','invalid_field','token_type_mismatch','permission_out_of_scope','limited_unsupported','claim_without_permission','event_id_conflict','nonce_replay','token_invalid')),
                     message        TEXT NOT NULL,
                     event_id       TEXT,
                     quarantined_at INTEGER NOT NULL
@@ -68,6 +69,7 @@ enum Schema {
                 """)
         }
         migrator.registerMigration("v2-projections") { db in
+            // Generation 1 of the projection tables and the reader views on it.
             try db.execute(sql: """
                 CREATE TABLE projection_meta (
                     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -75,11 +77,111 @@ enum Schema {
                     config      TEXT NOT NULL,
                     applied_seq INTEGER NOT NULL
                 ) STRICT;
+                
+                CREATE TABLE devices_g1 (
+                    app_id      TEXT NOT NULL,
+                    device_id   TEXT NOT NULL,
+                    mode        TEXT NOT NULL CHECK (mode IN ('enabled', 'limited', 'logged_out')),
+                    asid        TEXT,
+                    first_at    INTEGER NOT NULL,
+                    first_event TEXT NOT NULL,
+                    last_at     INTEGER NOT NULL,
+                    last_event  TEXT NOT NULL,
+                    logins      INTEGER NOT NULL CHECK (logins >= 0),
+                    logouts     INTEGER NOT NULL CHECK (logouts >= 0),
+                    anomalies   INTEGER NOT NULL CHECK (anomalies >= 0),
+                    last_login_tracking TEXT CHECK (last_login_tracking IN ('enabled', 'limited')),
+                    logout_since_login  INTEGER NOT NULL CHECK (logout_since_login IN (0, 1)),
+                    PRIMARY KEY (app_id, device_id),
+                    CHECK ((mode = 'logged_out') = (asid IS NULL))
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE limited_spans_g1 (
+                    app_id     TEXT NOT NULL,
+                    device_id  TEXT NOT NULL,
+                    from_at    INTEGER NOT NULL,
+                    from_event TEXT NOT NULL,
+                    to_at      INTEGER,
+                    to_event   TEXT,
+                    asid       TEXT NOT NULL,
+                    PRIMARY KEY (app_id, device_id, from_at, from_event),
+                    CHECK ((to_at IS NULL) = (to_event IS NULL))
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE asids_g1 (
+                    asid              TEXT PRIMARY KEY,
+                    first_login_at    INTEGER NOT NULL,
+                    first_login_event TEXT NOT NULL,
+                    user_id           TEXT NOT NULL CHECK (user_id LIKE 'u:%')
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE asid_keys_g1 (
+                    asid        TEXT NOT NULL,
+                    key         TEXT NOT NULL CHECK (key LIKE 'email:%' OR key LIKE 'tfb:%'),
+                    first_at    INTEGER NOT NULL,
+                    first_event TEXT NOT NULL,
+                    PRIMARY KEY (asid, key)
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE link_keys_g1 (
+                    key       TEXT PRIMARY KEY,
+                    asids     INTEGER NOT NULL CHECK (asids >= 1),
+                    ambiguous INTEGER NOT NULL CHECK (ambiguous IN (0, 1, 2))
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE friend_snapshots_g1 (
+                    asid           TEXT PRIMARY KEY,
+                    listed_at      INTEGER,
+                    listed_event   TEXT,
+                    friends        TEXT NOT NULL,
+                    declined_at    INTEGER,
+                    declined_event TEXT
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE friend_edges_g1 (
+                    a    TEXT NOT NULL,
+                    b    TEXT NOT NULL,
+                    by_a INTEGER NOT NULL CHECK (by_a IN (0, 1)),
+                    by_b INTEGER NOT NULL CHECK (by_b IN (0, 1)),
+                    PRIMARY KEY (a, b),
+                    CHECK (a < b),
+                    CHECK (by_a = 1 OR by_b = 1)
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE TABLE friend_mentions_g1 (
+                    asid        TEXT PRIMARY KEY,
+                    first_at    INTEGER NOT NULL,
+                    first_event TEXT NOT NULL
+                ) STRICT, WITHOUT ROWID;
+                
+                CREATE INDEX devices_g1_asid ON devices_g1(asid) WHERE asid IS NOT NULL;
+                
+                CREATE INDEX limited_spans_g1_asid ON limited_spans_g1(asid, from_at);
+                
+                CREATE INDEX asids_g1_user ON asids_g1(user_id);
+                
+                CREATE INDEX asid_keys_g1_key ON asid_keys_g1(key, asid);
+                
+                CREATE INDEX friend_edges_g1_b ON friend_edges_g1(b);
+                
+                CREATE VIEW devices AS SELECT * FROM devices_g1;
+                
+                CREATE VIEW limited_spans AS SELECT * FROM limited_spans_g1;
+                
+                CREATE VIEW asids AS SELECT * FROM asids_g1;
+                
+                CREATE VIEW asid_keys AS SELECT * FROM asid_keys_g1;
+                
+                CREATE VIEW link_keys AS SELECT * FROM link_keys_g1;
+                
+                CREATE VIEW friend_snapshots AS SELECT * FROM friend_snapshots_g1;
+                
+                CREATE VIEW friend_edges AS SELECT * FROM friend_edges_g1;
+                
+                CREATE VIEW friend_mentions AS SELECT * FROM friend_mentions_g1;
+
+                INSERT INTO projection_meta VALUES (1, 1, '{"blocklist":[],"max_asids_per_key":25}', 0);
                 """)
-            let config = String(decoding: try JSONEncoder().encode(IdentityConfig()), as: UTF8.self)
-            try db.execute(sql: "INSERT INTO projection_meta VALUES (1, 1, ?, 0)", arguments: [config])
-            try ProjectionTables(generation: 1).create(db)
-            try ProjectionTables(generation: 1).publish(db)
         }
         migrator.registerMigration("v3-forget-tombstones") { db in
             try db.execute(sql: """
