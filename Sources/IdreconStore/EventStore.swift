@@ -161,15 +161,24 @@ public final class EventStore: Sendable {
             """)
         let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
         let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
-        func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?) throws {
+        // Tombstones of `forget`: records of a forgotten ASID arriving later lose their
+        // personal data before they are stored, in the log and in quarantine alike.
+        let forgotten = Set(try String.fetchAll(db, sql: "SELECT asid FROM forgotten").map { Array($0.utf8) })
+        func isForgotten(_ asid: String?) -> Bool { asid.map { forgotten.contains(Array($0.utf8)) } ?? false }
+        func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?, raw: [UInt8]? = nil) throws {
             outcome.quarantined[rejection.code, default: 0] += 1
             if let id = record.quarantineID {
                 try requarantine.execute(arguments: [rejection.code.rawValue, rejection.message, id])
                 return
             }
+            var raw = raw ?? record.raw
+            if !forgotten.isEmpty, let value = try? JSONParser.parse(raw), isForgotten(ErasureRules.asid(of: value)),
+               let clean = ErasureRules.scrub(value) {
+                raw = Array(CanonicalJSON.encode(clean).utf8)
+            }
             try insertQuarantine.execute(arguments: [
                 record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
-                record.origin.key.map { Data($0) }, Data(record.raw), rejection.code.rawValue, rejection.message,
+                record.origin.key.map { Data($0) }, Data(raw), rejection.code.rawValue, rejection.message,
                 eventID, now,
             ])
         }
@@ -183,7 +192,7 @@ public final class EventStore: Sendable {
             return id
         }
         for record in records {
-            let event: LoginEvent
+            var event: LoginEvent
             switch record.validation {
             case let .failure(rejection):
                 try quarantine(record, rejection, eventID: record.knownEventID ?? Self.bestEffortEventID(record.raw))
@@ -191,7 +200,16 @@ public final class EventStore: Sendable {
             case let .success(e):
                 event = e
             }
-            let columns = record.columns ?? EventColumns(event)
+            var columns = record.columns ?? EventColumns(event)
+            if isForgotten(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
+                switch EventValidator.validate(Array(clean.utf8)) {
+                case let .success(scrubbed):
+                    (event, columns) = (scrubbed, EventColumns(scrubbed))
+                case let .failure(rejection):
+                    try quarantine(record, rejection, eventID: event.eventID, raw: Array(clean.utf8))
+                    continue
+                }
+            }
             let source = try sourceID(record.origin.source)
             try insertEvent.run {
                 $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
@@ -210,12 +228,9 @@ public final class EventStore: Sendable {
                 outcome.appended += 1
                 appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
             } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
-                // A re-delivered event of a forgotten ASID matches its scrubbed form.
-                let scrubbedMatch = { () throws -> Bool in
-                    try Self.isForgotten(db, event.asid) && Self.scrub(event.canonicalPayload)?.0.sameBytes(as: existing) == true
-                }
-                // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301" differ.
-                if try existing.sameBytes(as: event.canonicalPayload) || scrubbedMatch() {
+                // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
+                // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
+                if existing.sameBytes(as: event.canonicalPayload) {
                     outcome.duplicates += 1
                 } else {
                     try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)

@@ -11,11 +11,13 @@ public struct ForgetReport: Sendable {
 }
 
 extension EventStore {
-    /// GDPR erasure of one ASID: removes its e-mail and `id_token` from the logged payloads
-    /// (and their e-mail link column), removes those strings from quarantined raw records
-    /// that contain them, records a tombstone, rebuilds the projections from the scrubbed log
-    /// (so the identity may split and `replay --verify` stays clean), and compacts the file
-    /// so no freed page keeps the bytes. Non-personal facts (modes, access history) stay.
+    /// GDPR erasure of one ASID: scrubs its logged payloads (`ErasureRules`: e-mail, `id_token`,
+    /// e-mail-like words in any string) and their e-mail link column, removes its addresses
+    /// from other ASIDs' logins and from quarantined raw records that contain them, records a
+    /// tombstone (records of the ASID arriving later are scrubbed before they are stored),
+    /// rebuilds the projections from the scrubbed log (so the identity may split and
+    /// `replay --verify` stays clean), and compacts the file so no freed page keeps the
+    /// bytes. Non-personal facts (modes, access history) stay.
     public func forget(_ asid: String) throws(StoreError) -> ForgetReport {
         let (events, quarantined) = try write { db -> (Int, Int) in
             try db.execute(sql: "PRAGMA secure_delete = ON")
@@ -26,11 +28,12 @@ extension EventStore {
             var emailKeys: Set<String> = []
             for row in rows {
                 let payload: String = row["payload"]
-                guard let (clean, removed) = Self.scrub(payload) else { continue }
-                secrets.formUnion(removed)
-                if let value = try? JSONParser.parse(Array(payload.utf8)), case let .string(email)? = value["email"] {
-                    emailKeys.insert(LinkKey.email(email))
+                guard let value = try? JSONParser.parse(Array(payload.utf8)), let erased = ErasureRules.scrub(value) else { continue }
+                let clean = CanonicalJSON.encode(erased)
+                for key in ["email", "id_token"] {
+                    if case let .string(secret)? = value[key] { secrets.insert(secret); secrets.insert(secret.trimmingCharacters(in: .whitespaces)) }
                 }
+                if case let .string(email)? = value["email"] { emailKeys.insert(LinkKey.email(email)) }
                 try db.execute(sql: "UPDATE events SET payload = ?, link_email = NULL WHERE seq = ?", arguments: [clean, row["seq"] as Int64])
                 scrubbed += 1
             }
@@ -57,15 +60,15 @@ extension EventStore {
                 let raw = [UInt8]((row["raw"] as Data?) ?? Data())
                 var clean = raw
                 if let value = try? JSONParser.parse(raw), case let .object(members) = value {
-                    let mine = Self.asidOf(value) == asid
-                    let kept = members.filter { member in
-                        if member.key == "id_token", mine { return false }
-                        if member.key == "email", case let .string(email) = member.value, mine || emailKeys.contains(LinkKey.email(email)) {
-                            return false
+                    if ErasureRules.asid(of: value)?.sameBytes(as: asid) == true {
+                        if let scrubbed = ErasureRules.scrub(value) { clean = Array(CanonicalJSON.encode(scrubbed).utf8) }
+                    } else {
+                        let kept = members.filter { member in
+                            guard member.key.sameBytes(as: "email"), case let .string(email) = member.value else { return true }
+                            return !emailKeys.contains(LinkKey.email(email))
                         }
-                        return true
+                        if kept.count != members.count { clean = Array(CanonicalJSON.encode(.object(kept)).utf8) }
                     }
-                    if kept.count != members.count { clean = Array(CanonicalJSON.encode(.object(kept)).utf8) }
                 }
                 for secret in secrets where !secret.isEmpty {
                     while let range = clean.firstRange(of: Array(secret.utf8)) { clean.replaceSubrange(range, with: Array("[forgotten]".utf8)) }
@@ -94,29 +97,5 @@ extension EventStore {
             throw StoreError("forget: compacting \(path) failed: \(Self.describe(error))")
         }
         return ForgetReport(asid: asid, events: events, quarantined: quarantined, replay: replay)
-    }
-
-    /// The payload without `email` and `id_token`, and the values removed; nil when none.
-    static func scrub(_ payload: String) -> (String, Set<String>)? {
-        guard let value = try? JSONParser.parse(Array(payload.utf8)), case let .object(members) = value else { return nil }
-        var removed: Set<String> = []
-        let kept = members.filter { member in
-            guard member.key == "email" || member.key == "id_token" else { return true }
-            if case let .string(s) = member.value { removed.insert(s); removed.insert(s.trimmingCharacters(in: .whitespaces)) }
-            return false
-        }
-        guard kept.count != members.count else { return nil }
-        return (CanonicalJSON.encode(.object(kept)), removed)
-    }
-
-    static func asidOf(_ value: JSONValue) -> String? {
-        if case let .string(s)? = value["asid"] { return s }
-        return nil
-    }
-
-    /// Whether `asid` was forgotten (its re-delivered old events are duplicates once scrubbed).
-    static func isForgotten(_ db: Database, _ asid: String?) throws -> Bool {
-        guard let asid else { return false }
-        return try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM forgotten WHERE asid = ?"), arguments: [asid]) != nil
     }
 }

@@ -61,4 +61,53 @@ import Testing
         ]))
         #expect(again.outcome.duplicates == 1 && again.outcome.appended == 1 && again.outcome.quarantinedTotal == 0)
     }
+
+    /// Erasure covers unknown fields, and its tombstone covers records that arrive later:
+    /// re-delivering the ASID's old records (good and bad) brings no personal data back.
+    @Test func erasureReachesUnknownFieldsAndLaterRecords() throws {
+        let s = try Stream()
+        let lines = [
+            Stream.login("a", day: 1, device: "P", asid: "300",
+                         extra: ["email": "alt4874@mail.test", "contact_note": "reach me at alt4874@mail.test, or <Alt4874@Mail.Test>",
+                                 "nested": ["notes": ["alt4874@mail.test"]]]),
+            Stream.login("b", day: 2, device: "P", asid: "300", limited: true,
+                         extra: ["email": "alt4874@mail.test", "id_token": "e30.e30.c2ln", "nonce": "nb"]),
+            // Bad records of 300: quarantined with the address and token in them.
+            Stream.login("q1", day: 3, device: "P", asid: "300", limited: true,
+                         extra: ["email": "alt4874@mail.test", "granted_permissions": ["user_likes"], "id_token": "e30.e30.c2ln"]),
+            Stream.login("q2", day: 3, device: "P", asid: "300", extra: ["email": "alt4874@mail.test", "id_token": "e30.e30.c2ln"]),
+        ]
+        let file = s.dir.write("in.jsonl", lines)
+        let first = try FileIngestor(store: s.store).ingest(path: file)
+        #expect(first.outcome.appended == 2 && first.outcome.quarantinedTotal == 2)
+        _ = try s.store.forget("300")
+
+        func occurrences() throws -> Int {
+            let payloads = try s.store.eventPayloads().map { Array($0.payload.utf8) }
+            let raws = try s.store.quarantineEntries().map(\.raw)
+            return (payloads + raws).reduce(0) { count, bytes in
+                let lowered = bytes.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
+                var n = 0, rest = lowered[...]
+                while let r = rest.firstRange(of: Array("alt4874".utf8)) { n += 1; rest = rest[r.upperBound...] }
+                return count + n
+            }
+        }
+        #expect(try occurrences() == 0)
+        let note = try s.store.eventPayloads().first { $0.eventID == "a" }!.payload
+        #expect(note.contains("reach me at [forgotten], or <[forgotten]>"))
+
+        // The same file again (a replayed topic): duplicates and quarantine, no address back.
+        let store = s.store
+        _ = try FileIngestor(store: store).ingest(path: s.dir.write("again.jsonl", lines))
+        #expect(try occurrences() == 0)
+        #expect(try s.store.quarantineEntries().allSatisfy { !String(decoding: $0.raw, as: UTF8.self).contains("e30.e30.c2ln") })
+        // A new login of the forgotten ASID is logged without its personal data.
+        let later = try FileIngestor(store: store).ingest(path: s.dir.write("later.jsonl", [
+            Stream.login("c", day: 6, device: "P", asid: "300", extra: ["email": "alt4874@mail.test", "note": "alt4874@mail.test"]),
+        ]))
+        #expect(later.outcome.appended == 1)
+        #expect(try occurrences() == 0)
+        #expect(try s.store.userID(asid: "300") == "u:300")
+        try s.verifyReplay()
+    }
 }
