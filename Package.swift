@@ -85,7 +85,8 @@ let package = Package(
                 "IdreconStore", "IdreconIngest", "EventGenerator",
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
-            ]
+            ],
+            exclude: ["Fixtures"]
         ),
         .testTarget(
             name: "IdreconCLITests",

@@ -69,7 +69,7 @@ public final class EventStore: Sendable {
         } catch let error as StoreError {
             throw error
         } catch {
-            throw StoreError("cannot open database \(path): \(Self.describe(error))\(Self.foreignSidecars(path, error))")
+            throw StoreError("cannot open database \(path): \(Self.foreignSidecars(path, error) ?? Self.describe(error))")
         }
     }
 
@@ -90,17 +90,17 @@ public final class EventStore: Sendable {
 
     /// When SQLite cannot write, a `-wal`/`-shm` file left by a reader running as another user
     /// is the usual cause: say so, and what to do.
-    private static func foreignSidecars(_ path: String, _ error: any Error) -> String {
-        guard let db = error as? DatabaseError, db.resultCode == .SQLITE_READONLY || db.resultCode == .SQLITE_CANTOPEN else { return "" }
+    private static func foreignSidecars(_ path: String, _ error: any Error) -> String? {
+        guard let db = error as? DatabaseError, db.resultCode == .SQLITE_READONLY || db.resultCode == .SQLITE_CANTOPEN else { return nil }
         for suffix in ["-wal", "-shm"] {
             var info = stat()
             if stat(path + suffix, &info) == 0, info.st_uid != geteuid() {
-                return "; \(path + suffix) belongs to uid \(info.st_uid) (left by a reader running as that user): "
+                return "\(path + suffix) belongs to uid \(info.st_uid) (left by a reader running as that user), so this user cannot write: "
                     + "chown them to this user, or, when no process has the database open, remove \(path)-shm "
                     + "(and \(path)-wal if it is empty)"
             }
         }
-        return ""
+        return nil
     }
 
     static func describe(_ error: any Error) -> String {

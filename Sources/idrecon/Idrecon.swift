@@ -35,7 +35,7 @@ enum Main {
         } catch let code as ExitCode {
             exit(code.rawValue)
         } catch let error as CLIError {
-            FileHandle.standardError.write(Data("idrecon: \(error.description)\n".utf8))
+            FileHandle.standardError.write(Data("idrecon: \(RowPrinter.escape(error.description))\n".utf8))
             exit(error.exitCode)
         } catch {
             let code = Idrecon.exitCode(for: error)

@@ -68,10 +68,10 @@ struct RowPrinter {
     mutating func row(_ cells: [Cell]) {
         switch format {
         case .table:
-            tableRows.append(cells.map(\.plain))
+            tableRows.append(cells.map { Self.escape($0.plain) })
             if streamingTable, tableRows.count >= 500 { flushTable() }
         case .csv:
-            Self.emit(cells.map { Self.csvField($0.plain) }.joined(separator: ","))
+            Self.emit(cells.map { Self.csvField(Self.escape($0.plain)) }.joined(separator: ","))
         case .json:
             var out: [UInt8] = [UInt8(ascii: "{")]
             for (i, (name, cell)) in zip(columns, cells).enumerated() {
@@ -106,6 +106,27 @@ struct RowPrinter {
         headerPrinted = true
         for row in tableRows { Self.emit(line(row)) }
         tableRows.removeAll(keepingCapacity: true)
+    }
+
+    /// Untrusted text (a token's `kid`, a device ID) made safe for a terminal or a line-based
+    /// tool: control characters (C0, DEL, C1), line and paragraph separators and bidi
+    /// overrides are written as `\u{XX}` and a backslash as `\\`, so nothing can move the
+    /// cursor, recolor the screen or start a new row. JSON output escapes by JSON's rules.
+    static func escape(_ text: String) -> String {
+        func unsafe(_ v: UInt32) -> Bool {
+            v < 0x20 || (0x7F...0x9F).contains(v) || v == 0x2028 || v == 0x2029
+                || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v) || v == 0x200E || v == 0x200F
+        }
+        guard text.unicodeScalars.contains(where: { unsafe($0.value) }) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if unsafe(scalar.value) {
+                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 
     static func csvField(_ s: String) -> String {

@@ -120,7 +120,7 @@ struct QuarantineCommand: AsyncParsableCommand {
                     entry.eventID ?? "", Timestamp.format(entry.quarantinedAt),
                     text ?? "(not UTF-8: \(entry.raw.count) bytes; see raw_base64)", Data(entry.raw).base64EncodedString(),
                 ]
-                for (name, value) in zip(printer.columns, values) {
+                for (name, value) in zip(printer.columns, values.map(RowPrinter.escape)) {
                     print(name.padding(toLength: 15, withPad: " ", startingAt: 0) + (value.count > 2000 ? String(value.prefix(2000)) + "… (\(value.count) chars)" : value))
                 }
             } else {
