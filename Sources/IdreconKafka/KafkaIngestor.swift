@@ -35,6 +35,8 @@ public struct ConsumeSummary: Sendable {
     public var batches = 0
     public var outcome = BatchOutcome()
     public var rebalances = 0
+    /// Records this run could not read because the broker no longer held them (retention).
+    public var skipped: Int64 = 0
 }
 
 /// Kafka → SQLite with exactly-once effect: offsets live in SQLite, written in the same
@@ -59,6 +61,9 @@ public final class KafkaIngestor: @unchecked Sendable {
     private var batchStarted = Date()
     /// Where a partition without a stored offset starts (`auto.offset.reset`, default earliest).
     private var resetOffset = Int64(RD_KAFKA_OFFSET_BEGINNING)
+    /// Stored offsets of newly assigned partitions, until their first message (or end) shows
+    /// where reading really resumed: a later offset means records were skipped.
+    private var resumeOffsets: [Int32: Int64] = [:]
 
     public init(store: EventStore, options: ConsumeOptions, logger: Logger) {
         self.store = store
@@ -141,11 +146,14 @@ public final class KafkaIngestor: @unchecked Sendable {
             if pending.isEmpty { batchStarted = Date() }
             // A null value becomes no bytes, which the validator quarantines as such.
             let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
+            try checkResume(topic: topic, partition: partition, at: message.offset)
             pending.append((value, origin))
             nextOffsets[partition] = message.offset + 1
             atEnd.remove(partition)
             summary.records += 1
         case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+            try checkResume(topic: message.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? options.topic, partition: partition,
+                            at: message.offset)
             atEnd.insert(partition)
             logger.debug("partition at end", metadata: ["partition": "\(partition)", "offset": "\(message.offset)"])
         default:
@@ -153,6 +161,30 @@ public final class KafkaIngestor: @unchecked Sendable {
             if message.err == RD_KAFKA_RESP_ERR__FATAL { throw KafkaError(message.err, "consumer") }
             logger.warning("kafka: \(description); retrying", metadata: ["partition": "\(partition)"])
         }
+    }
+
+    /// The first offset read from a partition after its assignment is its stored offset,
+    /// unless the broker no longer holds the records there: then librdkafka's reset policy
+    /// moved on, and the records in between are gone. That is never silent: it is logged at
+    /// error level, recorded in the database (`stats`, `export skipped`) and counted.
+    private func checkResume(topic: String, partition: Int32, at offset: Int64) throws {
+        guard let stored = resumeOffsets.removeValue(forKey: partition), offset != stored else { return }
+        let source = Self.source(topic: topic, partition: partition)
+        if offset < stored {
+            logger.warning("partition restarts before its stored offset: the topic was recreated or truncated; records read again are duplicates by event_id", metadata: [
+                    "partition": "\(partition)", "stored_offset": "\(stored)", "first_offset": "\(offset)"])
+            return
+        }
+        var low: Int64 = 0, high: Int64 = 0
+        if let rk, rd_kafka_query_watermark_offsets(rk, topic, partition, &low, &high, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR, low <= stored {
+            return // still on the broker: control records or compaction, not a loss
+        }
+        let range = SkippedRange(source: source, firstPosition: stored, lastPosition: offset - 1,
+                                 detectedAt: Int64(Date().timeIntervalSince1970 * 1000))
+        logger.error("records skipped: the broker no longer holds them (retention); they were never read", metadata: [
+            "partition": "\(partition)", "first_offset": "\(stored)", "last_offset": "\(offset - 1)", "records": "\(range.records)"])
+        try store.recordSkipped(range)
+        summary.skipped += range.records
     }
 
     /// Hands the open batch to the writer: its events, quarantine, projections and offsets
@@ -202,6 +234,7 @@ public final class KafkaIngestor: @unchecked Sendable {
                 do {
                     let stored = try store.position(of: Self.source(topic: topic, partition: element.pointee.partition))
                     element.pointee.offset = stored?.position ?? resetOffset
+                    if let stored { resumeOffsets[element.pointee.partition] = stored.position }
                 } catch {
                     failure = error
                     element.pointee.offset = Int64(RD_KAFKA_OFFSET_END)
@@ -218,6 +251,7 @@ public final class KafkaIngestor: @unchecked Sendable {
             rd_kafka_assign(rk, nil)
             assigned.removeAll()
             atEnd.removeAll()
+            resumeOffsets.removeAll()
         default:
             logger.warning("rebalance error: \(String(cString: rd_kafka_err2str(err)))")
             rd_kafka_assign(rk, nil)

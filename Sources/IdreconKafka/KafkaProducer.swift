@@ -45,6 +45,16 @@ public final class KafkaProducer: @unchecked Sendable {
         }
     }
 
+    /// Partitions of the topic, from the brokers' metadata.
+    public func partitionCount(timeoutMs: Int32 = 5000) throws(KafkaError) -> Int32 {
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let err = rd_kafka_metadata(rk, 0, topic, &metadata, timeoutMs)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else { throw KafkaError(err, "metadata of \(topicName)") }
+        defer { rd_kafka_metadata_destroy(metadata) }
+        guard metadata.pointee.topic_cnt > 0 else { return 0 }
+        return metadata.pointee.topics[0].partition_cnt
+    }
+
     /// Serves delivery reports.
     public func poll() { rd_kafka_poll(rk, 0) }
 
@@ -74,9 +84,14 @@ public final class KafkaWatermarks: @unchecked Sendable {
 
     /// The next offset to be written to the partition (its end).
     public func end(topic: String, partition: Int32, timeoutMs: Int32 = 5000) throws(KafkaError) -> Int64 {
+        try range(topic: topic, partition: partition, timeoutMs: timeoutMs).end
+    }
+
+    /// The first offset the partition still holds and its end.
+    public func range(topic: String, partition: Int32, timeoutMs: Int32 = 5000) throws(KafkaError) -> (start: Int64, end: Int64) {
         var low: Int64 = 0, high: Int64 = 0
         let err = rd_kafka_query_watermark_offsets(rk, topic, partition, &low, &high, timeoutMs)
         if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "watermarks of \(topic)/\(partition)") }
-        return high
+        return (low, high)
     }
 }

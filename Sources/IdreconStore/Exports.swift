@@ -6,9 +6,12 @@ import IdreconDomain
 /// What `export` can write; field sets and sort orders are SPEC section 5's.
 public enum ExportKind: String, CaseIterable, Sendable {
     case identities, devices, friends, access
+    /// Source positions never read (Kafka retention gaps); not a projection.
+    case skipped
 
     public var columns: [String] {
         switch self {
+        case .skipped: return ["source", "first_position", "last_position", "records", "detected_at"]
         case .identities: return ["user_id", "asids", "email_sha256"]
         case .devices: return ["app_id", "device_id", "mode", "asid", "anomalies"]
         case .friends: return ["a", "b"]
@@ -25,6 +28,11 @@ extension EventStore {
 
     static func export(_ db: Database, _ kind: ExportKind, asOf: Int64?, tables t: ProjectionTables, row: ([JSONValue]) throws -> Void) throws {
         switch kind {
+        case .skipped:
+            for r in try SkippedRange.order(Column("source"), Column("first_position")).fetchAll(db) {
+                try row([.string(r.source), .number(String(r.firstPosition)), .number(String(r.lastPosition)),
+                         .number(String(r.records)), .string(Timestamp.format(r.detectedAt))])
+            }
         case .devices:
             let cursor = try Row.fetchCursor(db, sql: "SELECT app_id, device_id, mode, asid, anomalies FROM \(t.devices) ORDER BY app_id, device_id")
             while let r = try cursor.next() {

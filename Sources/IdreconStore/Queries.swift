@@ -19,6 +19,8 @@ public struct LogStats: Sendable, Codable, Equatable {
     public var lastEventAt: Int64?
     public var positions: [ConsumedPosition]
     public var databaseBytes: Int64
+    /// Source records never read because the source no longer held them (see `SkippedRange`).
+    public var skippedRecords: Int64 = 0
 }
 
 extension EventStore {
@@ -50,7 +52,10 @@ extension EventStore {
                 quarantined: byCode.values.reduce(0, +), quarantinedByCode: byCode,
                 firstEventAt: row["first"], lastEventAt: row["last"],
                 positions: try ConsumedPosition.order(Column("source")).fetchAll(db),
-                databaseBytes: size + wal
+                databaseBytes: size + wal,
+                skippedRecords: try Int64.fetchOne(db, sql: """
+                    SELECT coalesce(sum(last_position - first_position + 1), 0) FROM skipped_ranges
+                    """) ?? 0
             )
         }
     }
@@ -80,6 +85,17 @@ extension EventStore {
 }
 
 extension EventStore {
+    /// Records that `source` skipped positions `first...last` (idempotent: a range found
+    /// again after a restart is stored once).
+    public func recordSkipped(_ range: SkippedRange) throws(StoreError) {
+        try write { db in try range.insert(db, onConflict: .ignore) }
+    }
+
+    /// Every skipped range, by source and position.
+    public func skippedRanges() throws(StoreError) -> [SkippedRange] {
+        try read { db in try SkippedRange.order(Column("source"), Column("first_position")).fetchAll(db) }
+    }
+
     /// Re-validates quarantined records (oldest first, optionally of one code) with
     /// `validate`, appending those that now pass in their original order and updating the
     /// reason of those that still fail. Returns what the retry did.

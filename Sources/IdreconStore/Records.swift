@@ -149,3 +149,29 @@ public struct BatchOutcome: Sendable, Equatable {
 }
 
 import Foundation
+
+/// Positions of a source that were never read: the source no longer held them (Kafka
+/// retention). Recorded once per range; `last_position` is inclusive.
+public struct SkippedRange: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {
+    public static let databaseTableName = "skipped_ranges"
+    public var source: String
+    public var firstPosition: Int64
+    public var lastPosition: Int64
+    public var detectedAt: Int64
+
+    public var records: Int64 { lastPosition - firstPosition + 1 }
+
+    public init(source: String, firstPosition: Int64, lastPosition: Int64, detectedAt: Int64) {
+        self.source = source
+        self.firstPosition = firstPosition
+        self.lastPosition = lastPosition
+        self.detectedAt = detectedAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case source
+        case firstPosition = "first_position"
+        case lastPosition = "last_position"
+        case detectedAt = "detected_at"
+    }
+}

@@ -193,6 +193,19 @@ enum Schema {
                 ) STRICT;
                 """)
         }
+        migrator.registerMigration("v4-skipped-ranges") { db in
+            // Source positions that were never read because the source no longer had them
+            // (a Kafka partition's retention moved its log start past the stored offset).
+            try db.execute(sql: """
+                CREATE TABLE skipped_ranges (
+                    source         TEXT NOT NULL,
+                    first_position INTEGER NOT NULL CHECK (first_position >= 0),
+                    last_position  INTEGER NOT NULL CHECK (last_position >= first_position),
+                    detected_at    INTEGER NOT NULL,
+                    PRIMARY KEY (source, first_position)
+                ) STRICT;
+                """)
+        }
         return migrator
     }
 }

@@ -72,7 +72,8 @@ struct ConsumeCommand: AsyncParsableCommand {
     @Option(help: "A file of librdkafka settings, one key=value per line (# comments).") var config: String?
     @Option(parsing: .unconditional, help: "Records per transaction (at most; --batch-ms commits sooner).") var batchSize = 64000
     @Option(parsing: .unconditional, help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
-    @Flag(help: "Exit 0 once every assigned partition has reached its end.") var exitAtEnd = false
+    @Flag(help: "Exit once every assigned partition has reached its end: 0, or 1 if records were skipped (retention).")
+    var exitAtEnd = false
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
     var embeddedFlag = false
     @Option(name: .customLong("embedded-partitions"), help: .hidden) var embeddedPartitions: Int?
@@ -135,7 +136,12 @@ struct ConsumeCommand: AsyncParsableCommand {
         logger.info("stopped", metadata: [
             "records": "\(summary.records)", "appended": "\(summary.outcome.appended)", "duplicates": "\(summary.outcome.duplicates)",
             "quarantined": "\(summary.outcome.quarantinedTotal)", "records_per_second": "\(Int(Double(summary.records) / max(seconds, 0.001)))",
+            "skipped": "\(summary.skipped)",
         ])
+        if summary.skipped > 0 {
+            throw CLIError("\(summary.skipped) records were skipped: the broker no longer held them (retention); "
+                + "see 'idrecon export skipped'", exitCode: 1)
+        }
     }
 }
 
@@ -183,6 +189,19 @@ struct ProduceCommand: AsyncParsableCommand {
         try send(buffer[...])
         do { try producer.flush() } catch { throw CLIError(error.description, exitCode: 1) }
         FileHandle.standardError.write(Data("produced \(sent) records to \(topic)\n".utf8))
+        // A broker with little retention (the mock's ~5 MB per partition) drops the oldest
+        // records as new ones arrive: say so, rather than let a consumer miss them unwarned.
+        if let watermarks = try? KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }),
+           let partitions = try? producer.partitionCount() {
+            var dropped: [String] = []
+            for partition in 0..<partitions {
+                if let (low, _) = try? watermarks.range(topic: topic, partition: partition), low > 0 { dropped.append("\(partition)@\(low)") }
+            }
+            if !dropped.isEmpty {
+                FileHandle.standardError.write(Data(("produce: warning: the broker no longer holds the oldest records of \(topic) "
+                    + "(retention); partitions start at \(dropped.joined(separator: " ")); a consumer records them as skipped\n").utf8))
+            }
+        }
     }
 }
 
@@ -193,7 +212,10 @@ struct DevBrokerCommand: AsyncParsableCommand {
         discussion: "Prints the bootstrap address on the first line of standard output; stops on SIGINT/SIGTERM.")
 
     @Option(help: "Topic to create.") var topic = "login-events"
-    @Option(help: "Partitions of the topic (the mock keeps about 100k records per partition).") var partitions = 16
+    @Option(help: """
+        Partitions of the topic. The mock keeps only about 5 MB per partition and silently drops older records \
+        (librdkafka 2.0.2 has no setting for it); topics that clients auto-create get 4 partitions.
+        """) var partitions = 16
     @Option(help: "Brokers in the cluster.") var brokers = 1
 
     func validate() throws {

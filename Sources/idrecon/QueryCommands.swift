@@ -196,10 +196,11 @@ struct ExportCommand: AsyncParsableCommand {
         commandName: "export",
         abstract: "Export a projection as JSON lines (default) or CSV, sorted, with the spec's exact fields.")
 
-    enum Kind: String, ExpressibleByArgument, CaseIterable { case identities, devices, friends, access }
+    enum Kind: String, ExpressibleByArgument, CaseIterable { case identities, devices, friends, access, skipped }
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "identities, devices, friends or access.") var kind: Kind
+    @Argument(help: "identities, devices, friends, access, or skipped (source positions never read: Kafka retention gaps).")
+    var kind: Kind
     @Option(help: "json (JSON lines) or csv.") var format: OutputFormat = .json
     @Option(help: ArgumentHelp("For access: judge at this time (RFC 3339).", valueName: "T")) var asOf: TimeArgument?
 

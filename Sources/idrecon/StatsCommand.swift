@@ -32,6 +32,7 @@ struct StatsCommand: AsyncParsableCommand {
             ("first_event_at", .text(stats.firstEventAt.map(Timestamp.format))),
             ("last_event_at", .text(stats.lastEventAt.map(Timestamp.format))),
             ("database_bytes", .int(stats.databaseBytes)),
+            ("skipped_records", .int(stats.skippedRecords)),
         ]
         rows += stats.positions.map { ("position.\($0.source)", .int($0.position)) }
         if let brokers {

@@ -203,4 +203,44 @@ struct Outcome: Equatable {
         #expect(try run(Binaries.idrecon, ["consume", "--db", s.path("x.sqlite")]).status == 2)
         #expect(try run(Binaries.idrecon, ["consume", "--brokers", "127.0.0.1:1", "-X", "fetch.wait.max.ms=-5", "--db", s.path("x.sqlite")]).status == 2)
     }
+
+    /// Resuming below the broker's log start (retention moved it) skips records: never
+    /// silently. The run logs the range, records it (stats, export), and exits 1.
+    @Test func retentionGapIsLoggedRecordedAndExitsOne() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("gap", partitions: 1, replicationFactor: 1)
+        // As if an earlier run had read the first 5 records.
+        _ = try EventStore(path: db).append([], positions: [ConsumedPosition(source: "kafka:gap/0", position: 5, records: 5, updatedAt: 0)])
+        // More than the mock's ~5 MB into the one partition: its log start moves past 5.
+        let lines = kafkaStream(events: 20_000, seed: 4)
+        let file = s.path("lines.jsonl")
+        FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
+        let produced = try run(Binaries.idrecon, ["produce", file, "--brokers", cluster.bootstrap, "--topic", "gap"])
+        #expect(produced.status == 0)
+        #expect(produced.stderr.contains("the broker no longer holds the oldest records of gap"), "\(produced.stderr)")
+        let start = try KafkaWatermarks(brokers: cluster.bootstrap).range(topic: "gap", partition: 0).start
+        #expect(start > 5)
+        let result = try run(Binaries.idrecon, [
+            "consume", "--brokers", cluster.bootstrap, "--topic", "gap", "--group", "g", "--db", db, "--exit-at-end",
+            "--log-level", "error", "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500",
+        ])
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("records skipped"), "\(result.stderr)")
+        #expect(result.stderr.contains("\(start - 5) records were skipped"), "\(result.stderr)")
+        let store = try EventStore(path: db, readOnly: true)
+        #expect(try store.skippedRanges().map { [$0.source, "\($0.firstPosition)", "\($0.lastPosition)"] } == [["kafka:gap/0", "5", "\(start - 1)"]])
+        let stats = try store.stats()
+        #expect(stats.skippedRecords == start - 5)
+        #expect(Int64(stats.events + stats.duplicates + stats.quarantined) == Int64(lines.count) - start)
+        let export = try run(Binaries.idrecon, ["export", "skipped", "--db", db, "--format", "json"])
+        #expect(export.stdout.contains(#""first_position":5,"last_position":\#(start - 1),"records":\#(start - 5)"#), "\(export.stdout)")
+        // Resuming again skips nothing more.
+        let again = try run(Binaries.idrecon, [
+            "consume", "--brokers", cluster.bootstrap, "--topic", "gap", "--group", "g", "--db", db, "--exit-at-end",
+            "--log-level", "error", "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500",
+        ])
+        #expect(again.status == 0, "\(again.stderr)")
+    }
 }
