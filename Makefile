@@ -5,7 +5,7 @@ DEB_PACKAGES := librdkafka-dev libsqlite3-dev libssl-dev pkg-config sqlite3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN := .build/release
 
-.PHONY: all build release test demo bench deps clean
+.PHONY: all build release test demo bench fuzz deps clean
 
 all: build
 
@@ -38,5 +38,13 @@ demo: release
 bench: release
 	tools/bench.sh $(ARGS)
 
+## fuzz: libFuzzer over the record path (FUZZ_SECONDS=600); findings go to .fuzz/, keep them in tools/idrecon-fuzz/crashers.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	$(SWIFT) build -c release --product idrecon-fuzz --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING
+	mkdir -p .fuzz/corpus && cp -n tools/idrecon-fuzz/corpus/* tools/idrecon-fuzz/crashers/* .fuzz/corpus/
+	.build-fuzz/release/idrecon-fuzz .fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	  -rss_limit_mb=2048 -artifact_prefix=.fuzz/ -print_final_stats=1
+
 clean:
-	rm -rf .build .demo .bench
+	rm -rf .build .build-fuzz .demo .bench .fuzz

@@ -70,10 +70,19 @@ let package = Package(
         ),
         // Benchmark helper: the storage module's raw append limit.
         .executableTarget(name: "idrecon-bench", dependencies: ["IdreconStore", "IdreconIngest"], path: "tools/idrecon-bench"),
+        // The record path under libFuzzer (`make fuzz`); built normally it replays inputs.
+        .target(
+            name: "IdreconFuzzing",
+            dependencies: ["IdreconDomain", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "_CryptoExtras", package: "swift-crypto")],
+            path: "tools/IdreconFuzzing"
+        ),
+        .target(name: "CFuzzDriver", path: "tools/CFuzzDriver"),
+        .executableTarget(name: "idrecon-fuzz", dependencies: ["IdreconFuzzing", "CFuzzDriver"], path: "tools/idrecon-fuzz"),
         .testTarget(
             name: "IdreconDomainTests",
             dependencies: [
-                "IdreconDomain",
+                "IdreconDomain", "IdreconFuzzing",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
