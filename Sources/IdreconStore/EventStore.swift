@@ -15,7 +15,8 @@ public final class EventStore: Sendable {
     let pool: DatabasePool
 
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
-    public init(path: String, readOnly: Bool = false) throws(StoreError) {
+    /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.
+    public init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(StoreError) {
         self.path = path
         var config = Configuration()
         config.readonly = readOnly
@@ -39,7 +40,6 @@ public final class EventStore: Sendable {
         // finds everything applied. Never a descriptor of the database file itself: closing
         // it would drop SQLite's POSIX locks (see `LockFile`).
         let openLock = readOnly ? nil : try LockFile(databasePath: path, name: "open-lock")
-        defer { withExtendedLifetime(openLock) {} }
         do {
             if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
             pool = try DatabasePool(path: path, configuration: config)
@@ -71,6 +71,10 @@ public final class EventStore: Sendable {
         } catch {
             throw StoreError("cannot open database \(path): \(Self.foreignSidecars(path, error) ?? Self.describe(error))")
         }
+        // An erasure whose rebuild did not complete is finished by the next writer (after
+        // the open lock: a replay takes a while).
+        withExtendedLifetime(openLock) {}
+        if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
     }
 
     /// Refuses a non-empty SQLite database that idrecon did not create, before anything

@@ -80,13 +80,22 @@ extension EventStore {
                 touched += 1
             }
             try db.execute(sql: """
+                INSERT INTO pending_rebuild (id, since, why) VALUES (1, ?, 'forget') ON CONFLICT(id) DO NOTHING
+                """, arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
+            try db.execute(sql: """
                 INSERT INTO forgotten (asid, forgotten_at, events, quarantined) VALUES (?, ?, ?, ?)
                 ON CONFLICT(asid) DO UPDATE SET forgotten_at = excluded.forgotten_at,
                     events = events + excluded.events, quarantined = quarantined + excluded.quarantined
                 """, arguments: [asid, Int64(Date().timeIntervalSince1970 * 1000), scrubbed, touched])
             return (scrubbed, touched)
         }
-        let replay = try self.replay()
+        let replay: ReplayReport
+        do {
+            replay = try self.replay()
+        } catch {
+            throw StoreError("forget: \(asid) is erased from the log and quarantine, but rebuilding the projections failed "
+                + "(\(error.description)); the next idrecon command that writes to \(path), or 'idrecon replay', finishes it")
+        }
         do {
             try pool.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")

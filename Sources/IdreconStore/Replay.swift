@@ -119,7 +119,8 @@ extension EventStore {
                 try db.execute(sql: "UPDATE projection_meta SET generation = ?, config = ?, applied_seq = ?",
                                arguments: [generation, configJSON, cursor])
                 try tables.publish(db)
-                try state.tables.drop(db)
+                try state.tables.drop(db, erasing: try Self.rebuildPending(db))
+                try db.execute(sql: "DELETE FROM pending_rebuild")
                 report.swapped = true
             }
             return report
@@ -136,6 +137,20 @@ extension EventStore {
             defer { try? reader.execute(sql: "PRAGMA cache_size = -65536") }
             return try Self.digests(reader, tables: tables, names: names)
         }
+    }
+}
+
+extension EventStore {
+    /// Whether a `forget` scrubbed the log after the live projections were folded (its
+    /// rebuild failed or was interrupted): they still hold erased data until a replay.
+    static func rebuildPending(_ db: Database) throws -> Bool {
+        try Int.fetchOne(db, sql: "SELECT 1 FROM pending_rebuild") != nil
+    }
+
+    /// Finishes an erasure whose rebuild did not complete (a full disk, a kill).
+    func finishPendingRebuild() throws(StoreError) {
+        guard try read({ db in try Self.rebuildPending(db) }) else { return }
+        _ = try replay()
     }
 }
 

@@ -206,6 +206,18 @@ enum Schema {
                 ) STRICT;
                 """)
         }
+        migrator.registerMigration("v5-pending-rebuild") { db in
+            // Set in the transaction of a `forget` that scrubs the log, cleared by the replay
+            // that swaps in projections folded from the scrubbed log: while set, the live
+            // projections still hold what was erased, and the next writer rebuilds them.
+            try db.execute(sql: """
+                CREATE TABLE pending_rebuild (
+                    id    INTEGER PRIMARY KEY CHECK (id = 1),
+                    since INTEGER NOT NULL,
+                    why   TEXT NOT NULL
+                ) STRICT;
+                """)
+        }
         return migrator
     }
 }

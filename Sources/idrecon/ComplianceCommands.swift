@@ -21,7 +21,7 @@ struct ForgetCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        do { store = try EventStore(path: global.databasePath, skipPendingRebuild: true) } catch { throw CLIError(error.description) }
         guard try storeCall({ () throws(StoreError) in try store.seen(asid) }) else {
             throw CLIError("ASID \(asid) was never seen; nothing to forget", exitCode: 1)
         }

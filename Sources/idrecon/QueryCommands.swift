@@ -275,7 +275,7 @@ struct ReplayCommand: AsyncParsableCommand {
             if identityConfig!.maxASIDsPerKey < 1 { throw CLIError("config \(config): max_asids_per_key must be at least 1") }
         }
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        do { store = try EventStore(path: global.databasePath, skipPendingRebuild: true) } catch { throw CLIError(error.description) }
         var progress = ProgressLine()
         let report = try storeCall { () throws(StoreError) in
             try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
