@@ -39,12 +39,13 @@ bench: release
 	tools/bench.sh $(ARGS)
 
 ## fuzz: libFuzzer over the record path (FUZZ_SECONDS=600); findings go to .fuzz/, keep them in tools/idrecon-fuzz/crashers.
+## (Swift's backtracer is off so that libFuzzer's own handler saves the crashing input.)
 FUZZ_SECONDS ?= 600
 fuzz: deps
 	$(SWIFT) build -c release --product idrecon-fuzz --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING \
 	  --toolset tools/idrecon-fuzz/toolset.json
 	mkdir -p .fuzz/corpus && cp -n tools/idrecon-fuzz/corpus/* tools/idrecon-fuzz/crashers/* .fuzz/corpus/
-	.build-fuzz/release/idrecon-fuzz .fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	SWIFT_BACKTRACE=enable=no .build-fuzz/release/idrecon-fuzz .fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	  -rss_limit_mb=2048 -artifact_prefix=.fuzz/ -print_final_stats=1
 
 clean:

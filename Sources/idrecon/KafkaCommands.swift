@@ -212,11 +212,11 @@ struct DevBrokerCommand: AsyncParsableCommand {
         discussion: "Prints the bootstrap address on the first line of standard output; stops on SIGINT/SIGTERM.")
 
     @Option(help: "Topic to create.") var topic = "login-events"
-    @Option(help: """
+    @Option(parsing: .unconditional, help: """
         Partitions of the topic. The mock keeps only about 5 MB per partition and silently drops older records \
         (librdkafka 2.0.2 has no setting for it); topics that clients auto-create get 4 partitions.
         """) var partitions = 16
-    @Option(help: "Brokers in the cluster.") var brokers = 1
+    @Option(parsing: .unconditional, help: "Brokers in the cluster.") var brokers = 1
 
     func validate() throws {
         guard partitions >= 1, brokers >= 1 else { throw ValidationError("--partitions and --brokers must be at least 1") }

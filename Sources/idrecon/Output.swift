@@ -173,7 +173,7 @@ struct TokenOptions: ParsableArguments {
     var requireToken = false
     @Option(name: .customLong("issuer"), help: "Accepted token issuer (repeatable; default the Facebook issuers).")
     var issuers: [String] = []
-    @Option(help: "Allowed clock skew for iat, seconds.")
+    @Option(parsing: .unconditional, help: "Allowed clock skew for iat, seconds.")
     var tokenSkew = 60
 
     func validate() throws {

@@ -19,7 +19,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         @Option(help: "Only this reason code (\(ReasonCode.allCases.map(\.rawValue).joined(separator: ", "))).")
         var code: String?
 
-        @Option(help: "At most this many entries; 0 for all.")
+        @Option(parsing: .unconditional, help: "At most this many entries; 0 for all.")
         var limit = 100
 
         func validate() throws {

@@ -1,10 +1,15 @@
 /// What `forget ASID` erases from a record of that ASID (SPEC section 5), now and in records
 /// that arrive later: the `email` and `id_token` members, and every e-mail-like word in any
-/// other string of the payload, unknown fields and nested values included. Everything else
-/// (IDs, modes, times, friend lists) is kept: it is not personal beyond the ASID itself.
+/// other string of the payload, unknown fields and nested values included — except the
+/// keys the log is built on (`device_id`, `nonce`), whose values are kept as they are, so a
+/// scrubbed event is still a valid event of the same device. Everything else (IDs, modes,
+/// times, friend lists) is kept: it is not personal beyond the ASID itself.
 public enum ErasureRules {
     /// What an erased word becomes.
     public static let placeholder = "[forgotten]"
+    /// Members kept verbatim: device state and replay protection are keyed by them, and a
+    /// longer placeholder could break their rules.
+    static let keys = ["device_id", "nonce"]
 
     /// The ASID a JSON record names, if it names one as a string.
     public static func asid(of value: JSONValue) -> String? {
@@ -22,7 +27,7 @@ public enum ErasureRules {
                 changed = true
                 continue
             }
-            let clean = redact(member.value)
+            let clean = keys.contains(where: { $0.sameBytes(as: member.key) }) ? member.value : redact(member.value)
             changed = changed || clean != member.value
             kept.append((member.key, clean))
         }
