@@ -61,6 +61,9 @@ public struct FileIngestor: Sendable {
             fd = STDIN_FILENO
             source = "stdin"
         } else {
+            guard !EventStore.isDatabaseFile(path, of: store.path) else {
+                throw IngestError("cannot ingest \(path): it is the database itself; pass a JSON-lines file")
+            }
             fd = open(path, O_RDONLY)
             guard fd >= 0 else { throw IngestError("cannot read \(path): \(String(cString: strerror(errno)))") }
             var info = stat()

@@ -77,6 +77,18 @@ public final class EventStore: Sendable {
         if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
     }
 
+    /// Whether `path` is the database at `databasePath` or one of its `-wal`/`-shm` files
+    /// (compared by device and inode, with `stat` only). Such a path must never be opened as
+    /// an input: closing that descriptor would drop SQLite's POSIX locks in this process.
+    public static func isDatabaseFile(_ path: String, of databasePath: String) -> Bool {
+        var input = stat()
+        guard stat(path, &input) == 0 else { return false }
+        return ["", "-wal", "-shm"].contains { suffix in
+            var file = stat()
+            return stat(databasePath + suffix, &file) == 0 && file.st_dev == input.st_dev && file.st_ino == input.st_ino
+        }
+    }
+
     /// Refuses a non-empty SQLite database that idrecon did not create, before anything
     /// (the switch to WAL, the migrations) changes it.
     private static func refuseForeignDatabase(_ path: String) throws {

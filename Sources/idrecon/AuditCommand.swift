@@ -30,6 +30,7 @@ struct AuditCommand: AsyncParsableCommand {
         @Option(help: "asid (default) or identity.") var scope: Scope = .asid
 
         func run() async throws {
+            if file != "-" { try global.checkInput(file, "calls") }
             guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
                 throw CLIError("cannot read \(file)")
             }

@@ -36,7 +36,7 @@ struct IngestCommand: AsyncParsableCommand {
         }
         let store: EventStore
         do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
-        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(),
+        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(database: global),
                                     maxRecordBytes: limits.maxRecordBytes)
         var progress = ProgressLine()
         let started = Date()

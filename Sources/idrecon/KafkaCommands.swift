@@ -87,6 +87,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         let logger = logging.logger("idrecon.consume")
         var extra = settings.map { ($0.key, $0.value) }
         if let config {
+            try global.checkInput(config, "librdkafka settings")
             guard let text = try? String(contentsOfFile: config, encoding: .utf8) else { throw CLIError("cannot read \(config)") }
             for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 let trimmed = line.trimmingCharacters(in: .whitespaces)
@@ -112,7 +113,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.batchSize = batchSize
         options.batchMilliseconds = batchMs
         options.exitAtEnd = exitAtEnd
-        options.tokens = try tokens.verifier()
+        options.tokens = try tokens.verifier(database: global)
         options.maxRecordBytes = limits.maxRecordBytes
         StopSignal.install()
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import IdreconDomain
 import IdreconIngest
+import IdreconStore
 
 /// Output format of query commands.
 enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
@@ -12,6 +13,14 @@ enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
 struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("SQLite database file (default: $IDRECON_DB or ./idrecon.sqlite).", valueName: "path"))
     var db: String?
+
+    /// Refuses an input file that is the database (or its WAL): reading it would open and
+    /// close a descriptor of a file SQLite holds locks on in this process.
+    func checkInput(_ path: String, _ what: String) throws {
+        if EventStore.isDatabaseFile(path, of: databasePath) {
+            throw CLIError("cannot read \(path) as \(what): it is the database itself")
+        }
+    }
 
     var databasePath: String {
         db ?? ProcessInfo.processInfo.environment["IDRECON_DB"].flatMap { $0.isEmpty ? nil : $0 } ?? "./idrecon.sqlite"
@@ -181,8 +190,9 @@ struct TokenOptions: ParsableArguments {
         guard tokenSkew >= 0 else { throw ValidationError("--token-skew must be 0 or more") }
     }
 
-    func verifier() throws -> TokenVerifier? {
+    func verifier(database: GlobalOptions) throws -> TokenVerifier? {
         guard let jwks else { return nil }
+        try database.checkInput(jwks, "a JWKS file")
         let file: JWKSFile
         do { file = try JWKSFile(path: jwks) } catch { throw CLIError(error.description) }
         return TokenVerifier(

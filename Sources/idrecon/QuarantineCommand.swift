@@ -70,7 +70,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         func run() async throws {
             let store: EventStore
             do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
-            let verifier = try tokens.verifier()
+            let verifier = try tokens.verifier(database: global)
             let outcome = try storeCall { () throws(StoreError) in
                 try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
                     let result = EventValidator.validate(raw)

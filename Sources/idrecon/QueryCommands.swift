@@ -268,6 +268,7 @@ struct ReplayCommand: AsyncParsableCommand {
     func run() async throws {
         var identityConfig: IdentityConfig?
         if let config {
+            try global.checkInput(config, "identity configuration")
             guard let data = FileManager.default.contents(atPath: config) else { throw CLIError("cannot read config \(config)") }
             do { identityConfig = try JSONDecoder().decode(IdentityConfig.self, from: data) } catch {
                 throw CLIError("config \(config) is not valid: expected {\"max_asids_per_key\": N, \"blocklist\": [...]}")

@@ -42,6 +42,19 @@ import Testing
         #expect(tables == ["customers"])
     }
 
+    /// Reading the database as an input would open and close a descriptor of it, dropping
+    /// this process's SQLite locks: refused.
+    @Test func theDatabaseIsNeverReadAsAnInput() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db, "--format", "json"], stdin: Self.forging + "\n").status == 0)
+        for arguments in [["ingest", db], ["audit", "calls", db], ["ingest", "-", "--jwks", db], ["replay", "--config", db]] {
+            let result = try run(Binaries.idrecon, arguments + ["--db", db], stdin: "")
+            #expect(result.status == 2, "\(arguments)")
+            #expect(result.stderr.contains("it is the database itself"), "\(arguments): \(result.stderr)")
+        }
+    }
+
     @Test func negativeNumbersAreValidationErrorsNotMissingValues() throws {
         let s = Scratch()
         for arguments in [["ingest", "-", "--batch-size", "-5"], ["ingest", "-", "--max-record-bytes", "-1"],
