@@ -13,7 +13,7 @@ struct Idrecon: AsyncParsableCommand {
             """,
         subcommands: [
             IngestCommand.self, ConsumeCommand.self, ProduceCommand.self, DevBrokerCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
-            FriendsCommand.self, AccessCommand.self, ExportCommand.self, AuditCommand.self, ForgetCommand.self, GraphCommand.self, StatsCommand.self, QuarantineCommand.self,
+            FriendsCommand.self, AccessCommand.self, ExportCommand.self, AuditCommand.self, ForgetCommand.self, GraphCommand.self, StatsCommand.self, QuarantineCommand.self, BackupCommand.self,
         ]
     )
 }
