@@ -35,25 +35,44 @@ struct FormatOptions: ParsableArguments {
     var resolved: OutputFormat { format ?? (isatty(STDOUT_FILENO) != 0 ? .table : .json) }
 }
 
-/// A cell of query output; rendered per format.
+/// A cell of query output; rendered per format. JSON is typed (numbers, booleans, arrays,
+/// objects, null) and never shortened; CSV writes a list or object as its JSON text (one
+/// unambiguous field); only the table may shorten (`rich` gives its own table text).
 enum Cell {
     case text(String?)
     case int(Int64?)
+    case bool(Bool)
     case json(JSONValue)
+    /// A value with a shorter text for the table.
+    case rich(table: String, value: JSONValue)
 
+    /// The text of a CSV field.
     var plain: String {
         switch self {
         case let .text(s): return s ?? ""
         case let .int(i): return i.map(String.init) ?? ""
-        case let .json(v): return v == .null ? "" : CanonicalJSON.encode(v)
+        case let .bool(b): return b ? "true" : "false"
+        case let .json(v), let .rich(_, v):
+            switch v {
+            case .null: return ""
+            case let .string(s): return s
+            default: return CanonicalJSON.encode(v)
+            }
         }
+    }
+
+    /// The text of a table cell.
+    var table: String {
+        if case let .rich(text, _) = self { return text }
+        return plain
     }
 
     var json: JSONValue {
         switch self {
         case let .text(s): return s.map(JSONValue.string) ?? .null
         case let .int(i): return i.map { .number(String($0)) } ?? .null
-        case let .json(v): return v
+        case let .bool(b): return .bool(b)
+        case let .json(v), let .rich(_, v): return v
         }
     }
 }
@@ -64,20 +83,24 @@ struct RowPrinter {
     let columns: [String]
     /// Tables print every 500 rows (widths per chunk) instead of holding every row.
     let streamingTable: Bool
+    /// For single-record commands: on a terminal narrower than the table, each row is
+    /// printed one field per line instead of as wrapped table lines.
+    let verticalWhenNarrow: Bool
     private var tableRows: [[String]] = []
     private var headerPrinted = false
 
-    init(format: OutputFormat, columns: [String], streamingTable: Bool = false) {
+    init(format: OutputFormat, columns: [String], streamingTable: Bool = false, verticalWhenNarrow: Bool = false) {
         self.format = format
         self.columns = columns
         self.streamingTable = streamingTable
+        self.verticalWhenNarrow = verticalWhenNarrow
         if format == .csv { Self.emit(columns.map(Self.csvField).joined(separator: ",")) }
     }
 
     mutating func row(_ cells: [Cell]) {
         switch format {
         case .table:
-            tableRows.append(cells.map { Self.escape($0.plain) })
+            tableRows.append(cells.map { Self.escape($0.table) })
             if streamingTable, tableRows.count >= 500 { flushTable() }
         case .csv:
             Self.emit(cells.map { Self.csvField(Self.escape($0.plain)) }.joined(separator: ","))
@@ -111,6 +134,19 @@ struct RowPrinter {
                 return clipped.padding(toLength: width, withPad: " ", startingAt: 0)
             }.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }
+        let width = widths.reduce(0, +) + 2 * max(0, widths.count - 1)
+        if verticalWhenNarrow, let columns = Self.terminalColumns, width > columns {
+            let nameWidth = self.columns.map(\.count).max() ?? 0
+            for (i, row) in tableRows.enumerated() {
+                if i > 0 || headerPrinted { Self.emit("") }
+                for (name, cell) in zip(self.columns, row) {
+                    Self.emit(name.padding(toLength: nameWidth, withPad: " ", startingAt: 0) + "  " + cell)
+                }
+            }
+            headerPrinted = true
+            tableRows.removeAll(keepingCapacity: true)
+            return
+        }
         if !headerPrinted { Self.emit(line(columns.map { $0.uppercased() })) }
         headerPrinted = true
         for row in tableRows { Self.emit(line(row)) }
@@ -136,6 +172,14 @@ struct RowPrinter {
             }
         }
         return out
+    }
+
+    /// Columns of the terminal on standard output; nil when it is not a terminal.
+    static var terminalColumns: Int? {
+        guard isatty(STDOUT_FILENO) != 0 else { return nil }
+        var size = winsize()
+        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+        return Int(size.ws_col)
     }
 
     static func csvField(_ s: String) -> String {

@@ -29,7 +29,7 @@ struct DeviceCommand: AsyncParsableCommand {
         }
         var printer = RowPrinter(format: output.resolved, columns: [
             "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
-        ])
+        ], verticalWhenNarrow: true)
         printer.row([
             .text(d.appID), .text(d.deviceID), .text(d.mode.rawValue), .text(d.asid), .int(Int64(d.anomalies)),
             .int(Int64(d.logins)), .int(Int64(d.logouts)), .text(Timestamp.format(d.firstAt)), .text(Timestamp.format(d.lastAt)),
@@ -102,8 +102,8 @@ struct UserCommand: AsyncParsableCommand {
             var printer = RowPrinter(format: output.resolved, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
             for user in users {
                 for step in try storeCall({ () throws(StoreError) in try store.mergeHistory(user) }) {
-                    printer.row([.text(user), .text(Timestamp.format(step.at)), .text(step.event), .text(Self.short(step.key)),
-                                 .text(step.absorbed), .text(step.into)])
+                    printer.row([.text(user), .text(Timestamp.format(step.at)), .text(step.event),
+                                 .rich(table: Self.short(step.key), value: .string(step.key)), .text(step.absorbed), .text(step.into)])
                 }
             }
             printer.finish()
@@ -111,7 +111,7 @@ struct UserCommand: AsyncParsableCommand {
         }
         var printer = RowPrinter(format: output.resolved, columns: [
             "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
-        ])
+        ], verticalWhenNarrow: true)
         for user in users {
             guard let identity = try storeCall({ () throws(StoreError) in try store.identity(user) }) else { continue }
             var rows: [[Cell]] = []
@@ -122,18 +122,27 @@ struct UserCommand: AsyncParsableCommand {
                 let devices = try storeCall { () throws(StoreError) in try store.devices(holding: m.asid) }
                 rows.append([
                     .text(user), .text(m.asid), .text(Timestamp.format(m.firstLoginAt)), .text(access.state.rawValue),
-                    .text(devices.map { "\($0.appID)/\($0.deviceID):\($0.mode.rawValue)" }.joined(separator: " ")),
+                    .rich(table: devices.map { "\($0.appID)/\($0.deviceID):\($0.mode.rawValue)" }.joined(separator: " "),
+                          value: .array(devices.map { d in
+                              .object([("app_id", .string(d.appID)), ("device_id", .string(d.deviceID)), ("mode", .string(d.mode.rawValue))])
+                          })),
                 ])
             }
-            let keys = identity.keys.filter { $0.ambiguity == nil }.map { Self.short($0.key) }.joined(separator: " ")
-            let ambiguous = identity.keys.compactMap { k in k.ambiguity.map { "\(Self.short(k.key)) (\($0.label), \(k.asids) ASIDs)" } }
-                .joined(separator: "; ")
-            for row in rows { printer.row(row + [.text(keys), .text(ambiguous), .text(anyLimited ? "true" : "false")]) }
+            let linking = identity.keys.filter { $0.ambiguity == nil }
+            let keys = Cell.rich(table: linking.map { Self.short($0.key) }.joined(separator: " "),
+                                 value: .array(linking.map { .string($0.key) }))
+            let ambiguousKeys = identity.keys.compactMap { k in k.ambiguity.map { (k, $0) } }
+            let ambiguous = Cell.rich(
+                table: ambiguousKeys.map { k, why in "\(Self.short(k.key)) (\(why.label), \(k.asids) ASIDs)" }.joined(separator: "; "),
+                value: .array(ambiguousKeys.map { k, why in
+                    .object([("key", .string(k.key)), ("reason", .string(why.label)), ("asids", .number(String(k.asids)))])
+                }))
+            for row in rows { printer.row(row + [keys, ambiguous, .bool(anyLimited)]) }
         }
         printer.finish()
     }
 
-    /// Hashed e-mails shortened for reading; full keys in JSON/CSV would be noise too.
+    /// Hashed e-mails shortened for reading in the table only; JSON and CSV keep them whole.
     static func short(_ key: String) -> String {
         key.hasPrefix("email:") ? String(key.prefix(6 + 12)) + "…" : key
     }
