@@ -18,24 +18,6 @@ enum StopSignal {
 }
 
 /// `--log-level`, shared by the long-running commands.
-struct LoggingOptions: ParsableArguments {
-    @Option(help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel: Logger.Level = .info
-
-    func logger(_ label: String) -> Logger {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .trace
-            return handler
-        }
-        var logger = Logger(label: label)
-        logger.logLevel = logLevel
-        return logger
-    }
-}
-
-extension Logger.Level: @retroactive ExpressibleByArgument {}
-
 /// A `-X key=value` librdkafka setting.
 struct KafkaSetting: ExpressibleByArgument {
     var key: String

@@ -243,4 +243,32 @@ struct Outcome: Equatable {
         ])
         #expect(again.status == 0, "\(again.stderr)")
     }
+
+    /// `--log-format json`: every stderr line is one JSON object with the fields a log
+    /// shipper expects; at trace level no e-mail address or token of the stream appears.
+    @Test func jsonLogsAreParseableAndCarryNoPersonalData() throws {
+        let s = Scratch()
+        let lines = kafkaStream(events: 2000, seed: 6)
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("logs", partitions: 2, replicationFactor: 1)
+        try produce(lines, to: cluster, topic: "logs")
+        let result = try run(Binaries.idrecon, [
+            "consume", "--brokers", cluster.bootstrap, "--topic", "logs", "--group", "g", "--db", s.path("db.sqlite"),
+            "--exit-at-end", "--log-level", "trace", "--log-format", "json", "-X", "session.timeout.ms=6000",
+        ])
+        #expect(result.status == 0, "\(result.stderr)")
+        let logLines = result.stderr.split(separator: "\n")
+        #expect(logLines.count >= 3)
+        for line in logLines {
+            guard let value = try? JSONParser.parse(Array(line.utf8)) else { Issue.record("not JSON: \(line)"); continue }
+            for key in ["timestamp", "level", "logger", "message", "metadata"] { #expect(value[key] != nil, "\(key) missing: \(line)") }
+        }
+        var secrets: Set<String> = []
+        for line in lines {
+            guard let value = try? JSONParser.parse(line) else { continue }
+            for key in ["email", "id_token", "token_for_business"] { if case let .string(v)? = value[key], v.count > 3 { secrets.insert(v) } }
+        }
+        #expect(!secrets.isEmpty)
+        #expect(secrets.allSatisfy { !result.stderr.contains($0) }, "personal data was logged")
+    }
 }
