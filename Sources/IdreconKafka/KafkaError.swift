@@ -11,7 +11,7 @@ public struct KafkaError: Error, CustomStringConvertible, Sendable {
 
     public var description: String { message }
 
-    static func configuration(_ message: String) -> KafkaError { KafkaError(kind: .configuration, code: 0, message: message) }
+    public static func configuration(_ message: String) -> KafkaError { KafkaError(kind: .configuration, code: 0, message: message) }
 
     init(kind: Kind, code: Int32, message: String) {
         self.kind = kind

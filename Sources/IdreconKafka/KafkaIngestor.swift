@@ -21,6 +21,11 @@ public struct ConsumeOptions: Sendable {
     public var tokens: TokenVerifier?
     /// Longer record values are quarantined as `malformed_json`, only their beginning kept.
     public var maxRecordBytes = RecordSize.defaultLimit
+    /// The cluster's identity for the topic's binding; nil reads the cluster ID from the brokers
+    /// (the embedded cluster, new on every start, passes a fixed name).
+    public var clusterIdentity: String?
+    /// Take the topic over from another group or cluster (see `EventStore.bind`).
+    public var rebind = false
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -104,6 +109,18 @@ public final class KafkaIngestor: @unchecked Sendable {
             self.rk = nil
         }
         rd_kafka_poll_set_consumer(rk)
+        guard let cluster = clusterIdentity(rk, shouldStop: shouldStop) else { return summary }
+        let binding = Result { () throws(StoreError) in
+            try store.bind(topic: options.topic, clusterID: cluster, groupID: options.group, rebind: options.rebind)
+        }
+        if case let .failure(error) = binding {
+            throw error.kind == .usage ? KafkaError.configuration(error.description) : error
+        }
+        if case let .success(replaced?) = binding {
+            logger.warning("topic taken over (--rebind)", metadata: [
+                "topic": "\(options.topic)", "from_group": "\(replaced.groupID)", "from_cluster": "\(replaced.clusterID)",
+                "offsets": "\(replaced.clusterID == cluster ? "kept" : "dropped: another cluster")"])
+        }
         let topics = rd_kafka_topic_partition_list_new(1)!
         rd_kafka_topic_partition_list_add(topics, options.topic, RD_KAFKA_PARTITION_UA)
         let err = rd_kafka_subscribe(rk, topics)
@@ -134,6 +151,19 @@ public final class KafkaIngestor: @unchecked Sendable {
         if let failure { throw failure }
         if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR { logger.warning("leaving the group: \(String(cString: rd_kafka_err2str(closeErr)))") }
         return summary
+    }
+
+    /// The cluster ID the brokers report, waiting (and logging) while none is reachable.
+    private func clusterIdentity(_ rk: OpaquePointer, shouldStop: () -> Bool) -> String? {
+        if let fixed = options.clusterIdentity { return fixed }
+        while !shouldStop() {
+            if let id = rd_kafka_clusterid(rk, 5000) {
+                defer { rd_kafka_mem_free(rk, id) }
+                return String(cString: id)
+            }
+            logger.warning("no broker answered with the cluster ID yet; retrying", metadata: ["brokers": "\(options.brokers)"])
+        }
+        return nil
     }
 
     private func handle(_ message: rd_kafka_message_t) throws {

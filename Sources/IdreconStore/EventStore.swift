@@ -4,8 +4,15 @@ import IdreconDomain
 
 /// Errors the store reports to its callers, each with a message a user can act on.
 public struct StoreError: Error, CustomStringConvertible, Sendable {
+    /// `usage`: the request conflicts with what the database holds (a bad invocation, exit 2
+    /// in the CLI); `storage`: the database could not be read or written.
+    public enum Kind: Sendable { case storage, usage }
+    public var kind: Kind
     public var description: String
-    public init(_ description: String) { self.description = description }
+    public init(_ description: String, kind: Kind = .storage) {
+        self.description = description
+        self.kind = kind
+    }
 }
 
 /// The SQLite event log: append-only `events`, `quarantine`, consumed positions.
@@ -276,10 +283,14 @@ public final class EventStore: Sendable {
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
-        do { return try pool.read(body) } catch { throw StoreError("database \(path): \(Self.describe(error))") }
+        do { return try pool.read(body) } catch let error as StoreError { throw error } catch {
+            throw StoreError("database \(path): \(Self.describe(error))")
+        }
     }
 
     func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
-        do { return try pool.write(body) } catch { throw StoreError("database \(path): \(Self.describe(error))") }
+        do { return try pool.write(body) } catch let error as StoreError { throw error } catch {
+            throw StoreError("database \(path): \(Self.describe(error))")
+        }
     }
 }

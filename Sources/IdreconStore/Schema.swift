@@ -218,6 +218,19 @@ enum Schema {
                 ) STRICT;
                 """)
         }
+        migrator.registerMigration("v6-kafka-bindings") { db in
+            // Which Kafka cluster and consumer group a topic's stored offsets belong to: the
+            // first consumer binds the topic; another cluster or group is refused (its offsets
+            // would be shared) unless it rebinds.
+            try db.execute(sql: """
+                CREATE TABLE kafka_bindings (
+                    topic      TEXT PRIMARY KEY,
+                    cluster_id TEXT NOT NULL,
+                    group_id   TEXT NOT NULL,
+                    bound_at   INTEGER NOT NULL
+                ) STRICT;
+                """)
+        }
         return migrator
     }
 }

@@ -56,6 +56,11 @@ struct ConsumeCommand: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
     @Flag(help: "Exit once every assigned partition has reached its end: 0, or 1 if records were skipped (retention).")
     var exitAtEnd = false
+    @Flag(help: """
+        Take the topic over from the group or cluster it is bound to in this database (its offsets are kept for \
+        another group of the same cluster, dropped for another cluster).
+        """)
+    var rebind = false
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
     var embeddedFlag = false
     @Option(name: .customLong("embedded-partitions"), help: .hidden) var embeddedPartitions: Int?
@@ -97,6 +102,8 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.exitAtEnd = exitAtEnd
         options.tokens = try tokens.verifier(database: global)
         options.maxRecordBytes = limits.maxRecordBytes
+        options.rebind = rebind
+        if cluster != nil { options.clusterIdentity = "embedded" }
         StopSignal.install()
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
         var progress = ProgressLine()

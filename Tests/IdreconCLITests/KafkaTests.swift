@@ -271,4 +271,43 @@ struct Outcome: Equatable {
         #expect(!secrets.isEmpty)
         #expect(secrets.allSatisfy { !result.stderr.contains($0) }, "personal data was logged")
     }
+
+    /// Offsets are stored per topic and partition: a second group, or the same topic name on
+    /// another cluster, is refused until it rebinds (same cluster: offsets kept; another
+    /// cluster: offsets dropped, events re-read as duplicates).
+    @Test func secondGroupOrClusterIsRefusedUntilItRebinds() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        let lines = kafkaStream(events: 3000, seed: 41)
+        let first = try MockCluster(brokers: 1), second = try MockCluster(brokers: 1)
+        for cluster in [first, second] {
+            try cluster.createTopic("shared", partitions: 2, replicationFactor: 1)
+            try produce(lines, to: cluster, topic: "shared")
+        }
+        func consume(_ cluster: MockCluster, group: String, _ extra: [String] = []) throws -> RunResult {
+            try run(Binaries.idrecon, ["consume", "--brokers", cluster.bootstrap, "--topic", "shared", "--group", group, "--db", db,
+                                       "--exit-at-end", "--log-level", "error", "-X", "session.timeout.ms=6000"] + extra)
+        }
+        #expect(try consume(first, group: "g").status == 0)
+        let after = try EventStore(path: db, readOnly: true).stats()
+        #expect(after.events + after.duplicates + after.quarantined == lines.count)
+
+        let otherGroup = try consume(first, group: "h")
+        #expect(otherGroup.status == 2, "\(otherGroup.stderr)")
+        #expect(otherGroup.stderr.contains("group 'g'") && otherGroup.stderr.contains("--rebind"), "\(otherGroup.stderr)")
+        let otherCluster = try consume(second, group: "g")
+        #expect(otherCluster.status == 2, "\(otherCluster.stderr)")
+        let refused = try EventStore(path: db, readOnly: true).stats()
+        #expect(refused.events == after.events && refused.duplicates == after.duplicates)
+
+        // Another group of the same cluster takes over with the stored offsets: nothing is re-read.
+        #expect(try consume(first, group: "h", ["--rebind"]).status == 0)
+        #expect(try EventStore(path: db, readOnly: true).stats().duplicates == after.duplicates)
+        // Another cluster takes over without them: everything is read again, as duplicates.
+        #expect(try consume(second, group: "h", ["--rebind"]).status == 0)
+        let rebound = try EventStore(path: db, readOnly: true).stats()
+        #expect(rebound.events == after.events)
+        #expect(rebound.events + rebound.duplicates + rebound.quarantined > after.events + after.duplicates + after.quarantined)
+        #expect(try EventStore(path: db, readOnly: true).kafkaBindings().map(\.groupID) == ["h"])
+    }
 }
