@@ -21,7 +21,7 @@ import Testing
         _ = s
         let user = try run(Binaries.idrecon, ["user", "300", "--db", db, "--format", "json"])
         #expect(user.status == 0)
-        #expect(user.stdout.contains(#""user_id":"u:400""#) && user.stdout.contains(#""any_limited":"true""#))
+        #expect(user.stdout.contains(#""user_id":"u:400""#) && user.stdout.contains(#""any_limited":true"#))
         #expect(try run(Binaries.idrecon, ["user", "--email", "ANA@x.com", "--db", db, "--format", "csv"]).stdout.contains("u:400"))
         #expect(try run(Binaries.idrecon, ["user", "--user-id", "u:400", "--db", db]).status == 0)
         #expect(try run(Binaries.idrecon, ["user", "777", "--db", db]).status == 1)
