@@ -15,6 +15,9 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
@@ -49,11 +52,22 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The running service's outside: Prometheus metrics and health over HTTP (Hummingbird).
+        .target(
+            name: "IdreconService",
+            dependencies: [
+                "IdreconDomain", "IdreconStore", "IdreconKafka",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The command line.
         .executableTarget(
             name: "idrecon",
             dependencies: [
-                "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka",
+                "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka", "IdreconService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

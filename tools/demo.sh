@@ -26,12 +26,20 @@ echo "bootstrap: $BROKERS"
 say "consume (in the background) while producing: offsets live in SQLite, one transaction per batch"
 # The mock coordinator waits out a departed member's session; a short session keeps the demo quick.
 "$BIN/idrecon" consume --brokers "$BROKERS" --topic login-events --group demo --db "$DB" \
-  -X session.timeout.ms=6000 -X heartbeat.interval.ms=500 &
+  --metrics-address 127.0.0.1:0 -X session.timeout.ms=6000 -X heartbeat.interval.ms=500 2> "$DIR/consume.log" &
 consumer_pid=$!
 "$BIN/idrecon" produce "$DIR/events.jsonl" --brokers "$BROKERS" --topic login-events
 lines=$(wc -l < "$DIR/events.jsonl")
 offsets() { "$BIN/idrecon" stats --db "$DB" --format csv 2>/dev/null | awk -F, '/^position.kafka:/ {s += $2} END {print s + 0}'; }
 for _ in $(seq 600); do [ "$(offsets)" -ge "$lines" ] && break; sleep 0.2; done
+metrics=$(grep -o 'http://[0-9.:]*/metrics' "$DIR/consume.log" | head -1)
+if [ -n "$metrics" ] && command -v curl >/dev/null; then
+  say "the running consumer's Prometheus metrics and readiness"
+  printf '$ curl %s\n' "$metrics"
+  curl -s "$metrics" | grep -E '^idrecon_(records_(read|appended|duplicate)_total|partition_lag_records|commit_duration_seconds_count|seconds_since)' | head -8
+  printf '$ curl %s\n' "${metrics%/metrics}/readyz"
+  curl -s "${metrics%/metrics}/readyz"
+fi
 echo "all $lines records consumed; stopping the consumer with SIGTERM (commits, leaves the group, exits 0)"
 kill -TERM $consumer_pid && wait $consumer_pid
 consumer_pid=

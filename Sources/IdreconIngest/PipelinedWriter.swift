@@ -22,8 +22,12 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var failure: StoreError?
     private var committed: (position: Int64, records: Int64)?
 
-    public init(store: EventStore, depth: Int = 2, transactionRecords: Int) {
+    private let onCommit: (@Sendable (Int, Double) -> Void)?
+
+    /// `onCommit` is called after each committed transaction with its records and seconds.
+    public init(store: EventStore, depth: Int = 2, transactionRecords: Int, onCommit: (@Sendable (Int, Double) -> Void)? = nil) {
         self.store = store
+        self.onCommit = onCommit
         self.transactionRecords = transactionRecords
         self.slots = Slots(depth)
     }
@@ -51,6 +55,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         var records = 0
         var last: ConsumedPosition?
         let result: Result<BatchOutcome, StoreError>
+        let started = DispatchTime.now().uptimeNanoseconds
         do throws(StoreError) {
             result = .success(try store.appendBatches { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
@@ -67,6 +72,7 @@ public final class PipelinedWriter: @unchecked Sendable {
             case let .success(batch):
                 outcome.add(batch)
                 if let last { committed = (last.position, last.records) }
+                onCommit?(records, Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9)
             case let .failure(error):
                 failure = error
                 for _ in waiting { slots.give() } // unblock the submitter, which then sees the failure

@@ -26,6 +26,8 @@ public struct ConsumeOptions: Sendable {
     public var clusterIdentity: String?
     /// Take the topic over from another group or cluster (see `EventStore.bind`).
     public var rebind = false
+    /// Called after each committed transaction with its records and duration (on the writer's thread).
+    public var onCommit: (@Sendable (_ records: Int, _ seconds: Double) -> Void)?
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -42,6 +44,14 @@ public struct ConsumeSummary: Sendable {
     public var rebalances = 0
     /// Records this run could not read because the broker no longer held them (retention).
     public var skipped: Int64 = 0
+    /// Partitions assigned now.
+    public var assignedPartitions = 0
+    /// Each assigned partition's end (high watermark) as last fetched, and the next offset
+    /// this consumer reads there.
+    public var endOffsets: [Int32: Int64] = [:]
+    public var readOffsets: [Int32: Int64] = [:]
+
+    public init() {}
 }
 
 /// Kafka → SQLite with exactly-once effect: offsets live in SQLite, written in the same
@@ -74,7 +84,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         self.store = store
         self.options = options
         self.logger = logger
-        writer = PipelinedWriter(store: store, depth: 4, transactionRecords: options.batchSize)
+        writer = PipelinedWriter(store: store, depth: 4, transactionRecords: options.batchSize, onCommit: options.onCommit)
     }
 
     static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
@@ -129,6 +139,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         logger.info("consuming", metadata: ["topic": "\(options.topic)", "group": "\(options.group)", "brokers": "\(options.brokers)"])
 
         batchStarted = Date()
+        var reported = Date()
         do {
             while !shouldStop() {
                 if let message = rd_kafka_consumer_poll(rk, 100) {
@@ -138,7 +149,11 @@ public final class KafkaIngestor: @unchecked Sendable {
                 if let failure { throw failure }
                 if pending.count >= min(options.batchSize, FileIngestor.defaultChunkSize) || (!pending.isEmpty && Date().timeIntervalSince(batchStarted) * 1000 >= Double(options.batchMilliseconds)) {
                     try flush()
-                    progress(summary)
+                    progress(report(rk))
+                    reported = Date()
+                } else if Date().timeIntervalSince(reported) >= 1 {
+                    progress(report(rk)) // idle: watermarks and assignment still change
+                    reported = Date()
                 }
                 if options.exitAtEnd, !assigned.isEmpty, assigned.isSubset(of: atEnd), pending.isEmpty { break }
             }
@@ -150,6 +165,22 @@ public final class KafkaIngestor: @unchecked Sendable {
         let closeErr = rd_kafka_consumer_close(rk) // revokes (and so commits) first, then leaves the group
         if let failure { throw failure }
         if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR { logger.warning("leaving the group: \(String(cString: rd_kafka_err2str(closeErr)))") }
+        return summary
+    }
+
+    /// The summary with the assigned partitions' positions and ends (librdkafka's cached
+    /// watermarks: no broker round trip).
+    private func report(_ rk: OpaquePointer) -> ConsumeSummary {
+        summary.outcome = writer.committedOutcome
+        summary.assignedPartitions = assigned.count
+        summary.endOffsets.removeAll(keepingCapacity: true)
+        for partition in assigned {
+            var low: Int64 = 0, high: Int64 = 0
+            if rd_kafka_get_watermark_offsets(rk, options.topic, partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
+                summary.endOffsets[partition] = high
+            }
+        }
+        summary.readOffsets = summary.readOffsets.filter { assigned.contains($0.key) }
         return summary
     }
 
@@ -179,9 +210,11 @@ public final class KafkaIngestor: @unchecked Sendable {
             try checkResume(topic: topic, partition: partition, at: message.offset)
             pending.append((value, origin))
             nextOffsets[partition] = message.offset + 1
+            summary.readOffsets[partition] = message.offset + 1
             atEnd.remove(partition)
             summary.records += 1
         case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+            summary.readOffsets[partition] = message.offset
             try checkResume(topic: message.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? options.topic, partition: partition,
                             at: message.offset)
             atEnd.insert(partition)

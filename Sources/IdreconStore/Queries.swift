@@ -85,6 +85,28 @@ extension EventStore {
 }
 
 extension EventStore {
+    /// The log's last sequence number, the last one the projections applied, and the
+    /// database's bytes on disk (with its WAL): cheap enough for every metrics scrape.
+    public func logPosition() throws(StoreError) -> (lastSeq: Int64, appliedSeq: Int64, bytes: Int64) {
+        let (last, applied) = try read { db in
+            (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0,
+             try Int64.fetchOne(db, sql: "SELECT applied_seq FROM projection_meta") ?? 0)
+        }
+        var bytes: Int64 = 0
+        for suffix in ["", "-wal"] {
+            var info = stat()
+            if stat(path + suffix, &info) == 0 { bytes += Int64(info.st_size) }
+        }
+        return (last, applied, bytes)
+    }
+
+    /// Whether this process may write the database, its WAL and its directory.
+    public func isWritable() -> Bool {
+        let directory = (path as NSString).deletingLastPathComponent
+        return Glibc.access(path, W_OK) == 0 && Glibc.access(directory.isEmpty ? "." : directory, W_OK) == 0
+            && (Glibc.access(path + "-wal", F_OK) != 0 || Glibc.access(path + "-wal", W_OK) == 0)
+    }
+
     /// Records that `source` skipped positions `first...last` (idempotent: a range found
     /// again after a restart is stored once).
     public func recordSkipped(_ range: SkippedRange) throws(StoreError) {

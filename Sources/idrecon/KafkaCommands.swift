@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import IdreconDomain
 import IdreconKafka
+import IdreconService
 import IdreconStore
 import Logging
 
@@ -61,12 +62,21 @@ struct ConsumeCommand: AsyncParsableCommand {
         another group of the same cluster, dropped for another cluster).
         """)
     var rebind = false
+    @Option(help: ArgumentHelp("Serve /metrics (Prometheus), /healthz and /readyz here; port 0 picks a free port.",
+                               valueName: "host:port"))
+    var metricsAddress: String?
+    @Option(parsing: .unconditional, help: "/readyz fails when records wait and nothing was committed for this many seconds.")
+    var readyWindow = 60
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
     var embeddedFlag = false
     @Option(name: .customLong("embedded-partitions"), help: .hidden) var embeddedPartitions: Int?
 
     func validate() throws {
         guard batchSize >= 1, batchMs >= 1 else { throw ValidationError("--batch-size and --batch-ms must be at least 1") }
+        guard readyWindow >= 1 else { throw ValidationError("--ready-window must be at least 1") }
+        if let metricsAddress, Self.hostAndPort(metricsAddress) == nil {
+            throw ValidationError("--metrics-address must be HOST:PORT (e.g. 127.0.0.1:9464, or port 0 for any free port)")
+        }
         if brokers == nil, embeddedPartitions == nil, !embeddedFlag { throw ValidationError("give --brokers, or --embedded for an in-process cluster") }
     }
 
@@ -105,22 +115,43 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.rebind = rebind
         if cluster != nil { options.clusterIdentity = "embedded" }
         StopSignal.install()
-        let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
-        var progress = ProgressLine()
-        let started = Date()
-        let summary: ConsumeSummary
-        do {
-            summary = try ingestor.run(shouldStop: { StopSignal.isRequested }) { s in
-                progress.update("consume: \(s.records) records, \(Int(Double(s.records) / max(Date().timeIntervalSince(started), 0.001))) records/s")
+        var monitor: ConsumerMonitor?
+        var server: MetricsServer?
+        if let metricsAddress, let (host, port) = Self.hostAndPort(metricsAddress) {
+            let watcher = ConsumerMonitor(store: store, topic: topic, readyWindow: TimeInterval(readyWindow))
+            options.onCommit = { records, seconds in watcher.committed(records: records, seconds: seconds) }
+            do {
+                let (started, address) = try await MetricsServer.start(host: host, port: port, monitor: watcher)
+                server = started
+                FileHandle.standardError.write(Data("metrics: http://\(address)/metrics (and /healthz, /readyz)\n".utf8))
+            } catch {
+                throw CLIError("cannot serve metrics on \(metricsAddress): \(error)", exitCode: 2)
             }
-        } catch let error as KafkaError {
-            progress.done()
+            monitor = watcher
+        }
+        let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
+        let started = Date()
+        let outcome = await Self.onThread { [monitor] () -> Result<ConsumeSummary, any Error> in
+            var progress = ProgressLine()
+            defer { progress.done() }
+            return Result {
+                try ingestor.run(shouldStop: { StopSignal.isRequested }) { s in
+                    monitor?.observe(s)
+                    progress.update("consume: \(s.records) records, \(Int(Double(s.records) / max(Date().timeIntervalSince(started), 0.001))) records/s")
+                }
+            }
+        }
+        if case let .failure(error) = outcome { monitor?.failed("\(error)") }
+        await server?.stop()
+        let summary: ConsumeSummary
+        switch outcome {
+        case let .success(s):
+            summary = s
+        case let .failure(error as KafkaError):
             throw CLIError(error.description, exitCode: error.kind == .configuration ? 2 : 1)
-        } catch {
-            progress.done()
+        case let .failure(error):
             throw CLIError("\(error)", exitCode: 1)
         }
-        progress.done()
         withExtendedLifetime(cluster) {}
         let seconds = Date().timeIntervalSince(started)
         logger.info("stopped", metadata: [
@@ -131,6 +162,27 @@ struct ConsumeCommand: AsyncParsableCommand {
         if summary.skipped > 0 {
             throw CLIError("\(summary.skipped) records were skipped: the broker no longer held them (retention); "
                 + "see 'idrecon export skipped'", exitCode: 1)
+        }
+    }
+}
+
+extension ConsumeCommand {
+    /// `HOST:PORT` (`[v6]:PORT` for IPv6) with a port in 0...65535.
+    static func hostAndPort(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port)
+        else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
+
+    /// Runs blocking work (the consumer's poll loop) on a thread of its own, so the
+    /// concurrency pool stays free for the metrics server.
+    static func onThread<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: work()) }
+            thread.stackSize = 8 << 20
+            thread.start()
         }
     }
 }

@@ -1,0 +1,143 @@
+import CoreMetrics
+import Foundation
+import IdreconDomain
+import IdreconKafka
+import IdreconStore
+import Prometheus
+
+/// What a running `consume` reports: Prometheus metrics (through swift-metrics, into one
+/// registry) and the answers of `/healthz` and `/readyz`. Fed by the consumer's progress
+/// and commit callbacks; what is cheap to read at scrape time (the log's size, projection
+/// lag, stored offsets) is read then.
+public final class ConsumerMonitor: @unchecked Sendable {
+    public let registry = PrometheusCollectorRegistry()
+    private let store: EventStore
+    private let topic: String
+    /// Longest time without a commit while records wait, before `/readyz` says not ready.
+    private let readyWindow: TimeInterval
+    private let lock = NSLock()
+    private var last = ConsumeSummary()
+    private var lastCommit: Date?
+    private var failure: String?
+
+    private let read, appended, duplicates, skipped: CoreMetrics.Counter
+    private var quarantined: [ReasonCode: CoreMetrics.Counter] = [:]
+    private let commitDuration: CoreMetrics.Timer
+    private let transactionRecords: CoreMetrics.Recorder
+    private let sinceCommit, logEvents, databaseBytes, projectionLag, assigned: Meter
+    private var partitionGauges: [Int32: (stored: Meter, lag: Meter)] = [:]
+
+    // swift-metrics objects over handlers made by the registry, so that every metric has
+    // its help text (Prometheus' own checker requires one).
+    private func gauge(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Meter {
+        Meter(label: name, dimensions: labels, handler: registry.makeGauge(name: name, labels: labels, help: help))
+    }
+
+    public init(store: EventStore, topic: String, readyWindow: TimeInterval) {
+        self.store = store
+        self.topic = topic
+        self.readyWindow = readyWindow
+        let registry = self.registry
+        func counter(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> CoreMetrics.Counter {
+            CoreMetrics.Counter(label: name, dimensions: labels, handler: registry.makeCounter(name: name, labels: labels, help: help))
+        }
+        func gauge(_ name: String, _ help: String) -> Meter {
+            Meter(label: name, dimensions: [], handler: registry.makeGauge(name: name, labels: [], help: help))
+        }
+        read = counter("idrecon_records_read_total", "Records read from Kafka.")
+        appended = counter("idrecon_records_appended_total", "Records appended to the event log.")
+        duplicates = counter("idrecon_records_duplicate_total", "Records that repeated a logged event (counted, not appended).")
+        skipped = counter("idrecon_records_skipped_total", "Records never read: the broker no longer held them (retention).")
+        for code in ReasonCode.allCases {
+            quarantined[code] = counter("idrecon_records_quarantined_total", "Records quarantined, by reason code.",
+                                        [("reason", code.rawValue)])
+        }
+        commitDuration = CoreMetrics.Timer(
+            label: "idrecon_commit_duration_seconds", dimensions: [],
+            handler: registry.makeDurationHistogram(
+                name: "idrecon_commit_duration_seconds", labels: [],
+                buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+                          .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10)],
+                help: "Duration of one SQLite transaction (events, quarantine, projections and offsets)."))
+        transactionRecords = CoreMetrics.Recorder(
+            label: "idrecon_transaction_records", dimensions: [], aggregate: true,
+            handler: registry.makeValueHistogram(
+                name: "idrecon_transaction_records", labels: [],
+                buckets: [1, 10, 100, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000],
+                help: "Records committed per transaction."))
+        sinceCommit = gauge("idrecon_seconds_since_last_commit", "Seconds since the last commit; -1 before the first.")
+        logEvents = gauge("idrecon_event_log_events", "Events in the log (its last sequence number).")
+        databaseBytes = gauge("idrecon_database_bytes", "Bytes of the database file and its WAL.")
+        projectionLag = gauge("idrecon_projection_lag_events", "Logged events the projections have not applied yet.")
+        assigned = gauge("idrecon_partitions_assigned", "Kafka partitions assigned to this consumer.")
+    }
+
+    /// The consumer's running totals (called on its polling thread).
+    public func observe(_ summary: ConsumeSummary) {
+        lock.withLock {
+            read.increment(by: Int64(summary.records - last.records))
+            appended.increment(by: Int64(summary.outcome.appended - last.outcome.appended))
+            duplicates.increment(by: Int64(summary.outcome.duplicates - last.outcome.duplicates))
+            skipped.increment(by: summary.skipped - last.skipped)
+            for (code, count) in summary.outcome.quarantined {
+                let delta = count - (last.outcome.quarantined[code] ?? 0)
+                if delta > 0 { quarantined[code]?.increment(by: Int64(delta)) }
+            }
+            assigned.set(summary.assignedPartitions)
+            last = summary
+        }
+    }
+
+    /// One committed transaction (called on the writer's thread).
+    public func committed(records: Int, seconds: Double) {
+        commitDuration.recordNanoseconds(Int64(seconds * 1_000_000_000))
+        transactionRecords.record(records)
+        lock.withLock { lastCommit = Date() }
+    }
+
+    /// The consumer stopped on an error: not ready any more.
+    public func failed(_ message: String) { lock.withLock { failure = message } }
+
+    /// The metrics in Prometheus' text format, with the scrape-time gauges brought up to date.
+    public func scrape() -> [UInt8] {
+        let (since, ends) = lock.withLock { (lastCommit.map { Date().timeIntervalSince($0) }, last.endOffsets) }
+        sinceCommit.set(since ?? -1)
+        if let log = try? store.logPosition() {
+            logEvents.set(log.lastSeq)
+            databaseBytes.set(log.bytes)
+            projectionLag.set(max(0, log.lastSeq - log.appliedSeq))
+        }
+        if let positions = try? store.positions() {
+            let prefix = "kafka:\(topic)/"
+            for position in positions where position.source.hasPrefix(prefix) {
+                guard let partition = Int32(position.source.dropFirst(prefix.count)) else { continue }
+                let gauges = lock.withLock {
+                    if let known = partitionGauges[partition] { return known }
+                    let labels = [("topic", topic), ("partition", String(partition))]
+                    let made = (gauge("idrecon_partition_stored_offset", "Next offset to read, as stored in SQLite.", labels),
+                                gauge("idrecon_partition_lag_records", "Records on the broker after the stored offset.", labels))
+                    partitionGauges[partition] = made
+                    return made
+                }
+                gauges.stored.set(position.position)
+                if let end = ends[partition] { gauges.lag.set(max(0, end - position.position)) }
+            }
+        }
+        return registry.emitToBuffer()
+    }
+
+    /// `/readyz`: partitions assigned, no failure, a commit within the window whenever records
+    /// wait (an idle, caught-up consumer is ready), and a writable database.
+    public func readiness() -> (ready: Bool, reasons: [String]) {
+        var reasons: [String] = []
+        let (summary, lastCommit, failure) = lock.withLock { (last, self.lastCommit, self.failure) }
+        if let failure { reasons.append("consumer stopped: \(failure)") }
+        if summary.assignedPartitions == 0 { reasons.append("no partitions assigned") }
+        let waiting = summary.endOffsets.contains { partition, end in (summary.readOffsets[partition] ?? 0) < end }
+        if waiting, let lastCommit, Date().timeIntervalSince(lastCommit) > readyWindow {
+            reasons.append("no commit for \(Int(Date().timeIntervalSince(lastCommit))) s while records wait")
+        }
+        if !store.isWritable() { reasons.append("database \(store.path) is not writable") }
+        return (reasons.isEmpty, reasons)
+    }
+}
