@@ -36,7 +36,10 @@ metrics=$(grep -o 'http://[0-9.:]*/metrics' "$DIR/consume.log" | head -1)
 if [ -n "$metrics" ] && command -v curl >/dev/null; then
   say "the running consumer's Prometheus metrics and readiness"
   printf '$ curl %s\n' "$metrics"
-  curl -s "$metrics" | grep -E '^idrecon_(records_(read|appended|duplicate)_total|partition_lag_records|commit_duration_seconds_count|seconds_since)' | head -8
+  scrape=$(curl -s "$metrics")
+  grep -E '^idrecon_(records_(read|appended|duplicate)_total|commit_duration_seconds_count|seconds_since)' <<<"$scrape"
+  grep -m2 '^idrecon_partition_lag_records' <<<"$scrape"
+  echo "… ($(grep -c '^idrecon_' <<<"$scrape") samples)"
   printf '$ curl %s\n' "${metrics%/metrics}/readyz"
   curl -s "${metrics%/metrics}/readyz"
 fi
