@@ -53,7 +53,7 @@ def main():
                         "--manifest", os.path.join(OUT, f"manifest-{n}.json")], check=True)
     lines = sum(1 for _ in open(events, "rb"))
     for f in os.listdir(OUT):
-        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm")):
+        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock")):
             os.remove(os.path.join(OUT, f))
     db = lambda name: os.path.join(OUT, name + ".sqlite")
     r = {"events": n, "lines": lines, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
