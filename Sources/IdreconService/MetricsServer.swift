@@ -2,7 +2,6 @@ import Foundation
 import Hummingbird
 import IdreconDomain
 import Logging
-import NIOCore
 
 /// `/metrics`, `/healthz` and `/readyz` over HTTP/1 (Hummingbird), for a running consumer.
 public final class MetricsServer: Sendable {
