@@ -8,8 +8,7 @@ import Testing
     /// `integrity_check`, its projections equal a replay of its log, and it takes more events.
     @Test func backupDuringIngestIsConsistent() throws {
         let s = Scratch()
-        let file = s.path("events.jsonl")
-        #expect(try run(Binaries.generator, ["--events", "60000", "--seed", "31", "--bad-fraction", "0.02", "--output", file]).status == 0)
+        let (file, _) = try generatedStream(s, events: 60_000, seed: 31)
         let db = s.path("db.sqlite"), copy = s.path("copy.sqlite")
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: Binaries.idrecon)

@@ -46,6 +46,14 @@ func run(_ executable: String, _ arguments: [String], stdin: String? = nil) thro
     return RunResult(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
 }
 
+/// A generated stream written to `events.jsonl` in `s`, and its number of lines.
+func generatedStream(_ s: Scratch, events: Int, seed: Int, badFraction: Double = 0.02) throws -> (path: String, lines: Int) {
+    let file = s.path("events.jsonl")
+    let result = try run(Binaries.generator, ["--events", "\(events)", "--seed", "\(seed)", "--bad-fraction", "\(badFraction)", "--output", file])
+    #expect(result.status == 0, "\(result.stderr)")
+    return (file, try Data(contentsOf: URL(fileURLWithPath: file)).split(separator: UInt8(ascii: "\n")).count)
+}
+
 final class Scratch {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("idrecon-cli-\(UUID().uuidString)")
     init() { try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true) }

@@ -76,9 +76,7 @@ import Testing
             return
         }
         let s = Scratch()
-        let file = s.path("events.jsonl")
-        #expect(try run(Binaries.generator, ["--events", "60000", "--seed", "12", "--bad-fraction", "0.03", "--output", file]).status == 0)
-        let lines = try Data(contentsOf: URL(fileURLWithPath: file)).split(separator: UInt8(ascii: "\n")).count
+        let (file, lines) = try generatedStream(s, events: 60_000, seed: 12, badFraction: 0.03)
         let db = s.path("db.sqlite")
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: Binaries.idrecon)

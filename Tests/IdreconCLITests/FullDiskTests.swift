@@ -43,9 +43,7 @@ import Testing
             return
         }
         let s = Scratch()
-        let file = s.path("events.jsonl")
-        #expect(try run(Binaries.generator, ["--events", "30000", "--seed", "8", "--bad-fraction", "0.02", "--output", file]).status == 0)
-        let lines = try Data(contentsOf: URL(fileURLWithPath: file)).split(separator: UInt8(ascii: "\n")).count
+        let (file, lines) = try generatedStream(s, events: 30_000, seed: 8)
         let db = disk.path + "/db.sqlite"
         Self.expectOneLine(try run(Binaries.idrecon, ["ingest", file, "--db", db, "--batch-size", "2000"]), status: 2, "ingest")
         // Fill what is left, so the other writers have no room either.

@@ -68,8 +68,8 @@ struct MiniSchema {
 
     @Test func jsonOutputValidatesAndNothingIsAbbreviated() throws {
         let s = Scratch()
-        let file = s.path("events.jsonl"), db = s.path("db.sqlite")
-        #expect(try run(Binaries.generator, ["--events", "4000", "--seed", "5", "--bad-fraction", "0.05", "--output", file]).status == 0)
+        let (file, _) = try generatedStream(s, events: 4000, seed: 5, badFraction: 0.05)
+        let db = s.path("db.sqlite")
         #expect(try run(Binaries.idrecon, ["ingest", file, "--db", db, "--format", "json"]).status == 0)
         let (asid, other, app, device, friendOf) = try DatabaseQueue(path: db).read { db in
             let pair = try Row.fetchOne(db, sql: """
