@@ -45,4 +45,15 @@ import Testing
         let outcome = try store.append(records, positions: [])
         #expect(outcome.quarantinedTotal == ReasonCode.allCases.count)
     }
+
+    /// Shipped migrations are literal SQL: they name none of today's types, whose changes
+    /// (a new reason code, a projection column) would silently change what they create.
+    @Test func migrationsDependOnNoApplicationType() throws {
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/IdreconStore/Schema.swift")
+        let text = try String(contentsOf: source, encoding: .utf8)
+        for name in ["ReasonCode", "ProjectionTables", "IdentityConfig", "JSONEncoder", "allCases", "\\("] {
+            #expect(!text.contains(name), "Schema.swift uses \(name)")
+        }
+    }
 }
