@@ -152,7 +152,9 @@ public final class EventStore: Sendable {
     /// with the projection updates (`updateProjections: false` is for benchmarking the
     /// raw append limit only: it leaves the projections behind the log until a replay).
     public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
-        try write { db in try Self.append(db, records, positions: positions, updateProjections: updateProjections) }
+        try write { db in
+            try Self.append(db, records, positions: positions, updateProjections: updateProjections, forgotten: ForgottenASIDs(db))
+        }
     }
 
     /// Appends batches in one transaction, as `append` does each: `next` is called until
@@ -161,12 +163,17 @@ public final class EventStore: Sendable {
     public func appendBatches(_ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?) throws(StoreError) -> BatchOutcome {
         try write { db in
             var total = BatchOutcome()
-            while let batch = next() { total.add(try Self.append(db, batch.records, positions: batch.positions, updateProjections: true)) }
+            let forgotten = try ForgottenASIDs(db)
+            while let batch = next() {
+                total.add(try Self.append(db, batch.records, positions: batch.positions, updateProjections: true, forgotten: forgotten))
+            }
             return total
         }
     }
 
-    static func append(_ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool) throws -> BatchOutcome {
+    static func append(
+        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool, forgotten: ForgottenASIDs
+    ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
         let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
@@ -184,10 +191,6 @@ public final class EventStore: Sendable {
             """)
         let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
         let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
-        // Tombstones of `forget`: records of a forgotten ASID arriving later lose their
-        // personal data before they are stored, in the log and in quarantine alike.
-        let forgotten = Set(try String.fetchAll(db, sql: "SELECT asid FROM forgotten").map { Array($0.utf8) })
-        func isForgotten(_ asid: String?) -> Bool { asid.map { forgotten.contains(Array($0.utf8)) } ?? false }
         func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?, raw: [UInt8]? = nil) throws {
             outcome.quarantined[rejection.code, default: 0] += 1
             if let id = record.quarantineID {
@@ -195,7 +198,7 @@ public final class EventStore: Sendable {
                 return
             }
             var raw = raw ?? record.raw
-            if !forgotten.isEmpty, let value = try? JSONParser.parse(raw), isForgotten(ErasureRules.asid(of: value)),
+            if !forgotten.isEmpty, let value = try? JSONParser.parse(raw), forgotten.contains(ErasureRules.asid(of: value)),
                let clean = ErasureRules.scrub(value) {
                 raw = Array(CanonicalJSON.encode(clean).utf8)
             }
@@ -224,7 +227,7 @@ public final class EventStore: Sendable {
                 event = e
             }
             var columns = record.columns ?? EventColumns(event)
-            if isForgotten(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
+            if forgotten.contains(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
                 switch EventValidator.validate(Array(clean.utf8)) {
                 case let .success(scrubbed):
                     (event, columns) = (scrubbed, EventColumns(scrubbed))
@@ -292,5 +295,23 @@ public final class EventStore: Sendable {
         do { return try pool.write(body) } catch let error as StoreError { throw error } catch {
             throw StoreError("database \(path): \(Self.describe(error))")
         }
+    }
+}
+
+/// Tombstones of `forget`, read once per transaction: records of a forgotten ASID arriving
+/// later lose their personal data before they are stored, in the log and in quarantine alike.
+struct ForgottenASIDs {
+    private let asids: Set<[UInt8]>
+
+    init(_ db: Database) throws {
+        asids = Set(try String.fetchAll(db, sql: "SELECT asid FROM forgotten").map { Array($0.utf8) })
+    }
+
+    var isEmpty: Bool { asids.isEmpty }
+
+    /// Byte equality; no allocation on the hot path while nothing was forgotten.
+    func contains(_ asid: String?) -> Bool {
+        guard !asids.isEmpty, let asid else { return false }
+        return asids.contains(Array(asid.utf8))
     }
 }
