@@ -105,11 +105,7 @@ public struct FileIngestor: Sendable {
         var lastOffset = startOffset
 
         func flush() throws(IngestError) {
-            var records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes)
-            for (i, line) in oversized {
-                records[i] = IncomingRecord(oversized: pending[i].raw, bytes: line.bytes, limit: maxRecordBytes,
-                                            eventID: line.eventID, origin: pending[i].origin)
-            }
+            let records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes, oversized: oversized)
             oversized.removeAll()
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]
             try writer.submit(records, positions: position)
@@ -163,8 +159,11 @@ public struct FileIngestor: Sendable {
 public enum BatchValidator {
     static let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
+    /// `oversized` marks, by index, records of which `pending` holds only the beginning (a
+    /// line the reader did not buffer whole): they are quarantined without being parsed.
     public static func validate(
-        _ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil, maxRecordBytes: Int = RecordSize.defaultLimit
+        _ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil, maxRecordBytes: Int = RecordSize.defaultLimit,
+        oversized: [Int: (bytes: Int64, eventID: String?)] = [:]
     ) -> [IncomingRecord] {
         let chunks = max(1, min(pending.count / 256, cores * 2))
         return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
@@ -172,6 +171,12 @@ public enum BatchValidator {
             DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
                 let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
                 for i in lower..<upper {
+                    if !oversized.isEmpty, let line = oversized[i] {
+                        (out.baseAddress! + i).initialize(to: IncomingRecord(
+                            oversized: pending[i].raw, bytes: line.bytes, limit: maxRecordBytes, eventID: line.eventID,
+                            origin: pending[i].origin))
+                        continue
+                    }
                     var record = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin, maxBytes: maxRecordBytes)
                     if let tokens, case let .success(event) = record.validation, let failure = tokens.check(event) {
                         record.validation = .failure(Rejection(.tokenInvalid, failure.detail))

@@ -35,26 +35,20 @@ public struct IncomingRecord: Sendable {
     /// Validates `raw`; a record over `maxBytes` is `malformed_json` without being parsed,
     /// and only its beginning is kept (`RecordSize`).
     public init(raw: [UInt8], origin: RecordOrigin, maxBytes: Int = RecordSize.defaultLimit) {
-        self.origin = origin
         guard raw.count <= maxBytes else {
             var scanner = EventIDScanner()
             scanner.feed(raw)
-            self.raw = Array(raw.prefix(RecordSize.keptBytes))
-            self.validation = .failure(RecordSize.rejection(bytes: Int64(raw.count), limit: maxBytes))
-            self.knownEventID = scanner.eventID
+            self.init(oversized: Array(raw.prefix(RecordSize.keptBytes)), bytes: Int64(raw.count), limit: maxBytes,
+                      eventID: scanner.eventID, origin: origin)
             return
         }
-        self.raw = raw
-        self.validation = EventValidator.validate(raw)
-        columns = Self.columns(validation)
+        self.init(raw: raw, origin: origin, validation: EventValidator.validate(raw))
     }
 
     /// A record of `bytes` bytes over `limit`, of which `prefix` is kept.
     public init(oversized prefix: [UInt8], bytes: Int64, limit: Int, eventID: String?, origin: RecordOrigin) {
-        self.raw = prefix
-        self.origin = origin
-        self.validation = .failure(RecordSize.rejection(bytes: bytes, limit: limit))
-        self.knownEventID = eventID
+        self.init(raw: prefix, origin: origin, validation: .failure(RecordSize.rejection(bytes: bytes, limit: limit)))
+        knownEventID = eventID
     }
 
     private static func columns(_ validation: Result<LoginEvent, Rejection>) -> EventColumns? {
