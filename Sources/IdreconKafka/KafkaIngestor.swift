@@ -87,7 +87,14 @@ public final class KafkaIngestor: @unchecked Sendable {
         writer = PipelinedWriter(store: store, depth: 4, transactionRecords: options.batchSize, onCommit: options.onCommit)
     }
 
-    static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
+    public static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
+
+    /// The partition of `topic` that `source` (as `source(topic:partition:)` names it) is, if any.
+    public static func partition(of source: String, topic: String) -> Int32? {
+        let prefix = "kafka:\(topic)/"
+        guard source.hasPrefix(prefix) else { return nil }
+        return Int32(source.dropFirst(prefix.count))
+    }
 
     /// Consumes until `shouldStop` returns true (checked at least every 100 ms) or, with
     /// `exitAtEnd`, until every assigned partition is at its end. Leaves the group cleanly.
@@ -129,7 +136,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         if case let .success(replaced?) = binding {
             logger.warning("topic taken over (--rebind)", metadata: [
                 "topic": "\(options.topic)", "from_group": "\(replaced.groupID)", "from_cluster": "\(replaced.clusterID)",
-                "offsets": "\(replaced.clusterID == cluster ? "kept" : "dropped: another cluster")"])
+                "offsets": "\(replaced.clusterID.sameBytes(as: cluster) ? "kept" : "dropped: another cluster")"])
         }
         let topics = rd_kafka_topic_partition_list_new(1)!
         rd_kafka_topic_partition_list_add(topics, options.topic, RD_KAFKA_PARTITION_UA)
@@ -260,7 +267,6 @@ public final class KafkaIngestor: @unchecked Sendable {
         try writer.submit(records, positions: positions) // waits for the batch before: it is committed now
         if options.commitToKafka, let rk { commitToKafka(rk, inFlightOffsets) }
         inFlightOffsets = nextOffsets
-        summary.outcome = writer.committedOutcome
         summary.batches += 1
         logger.debug("batch submitted", metadata: ["records": "\(pending.count)"])
         pending.removeAll(keepingCapacity: true)

@@ -108,9 +108,8 @@ public final class ConsumerMonitor: @unchecked Sendable {
             projectionLag.set(max(0, log.lastSeq - log.appliedSeq))
         }
         if let positions = try? store.positions() {
-            let prefix = "kafka:\(topic)/"
-            for position in positions where position.source.hasPrefix(prefix) {
-                guard let partition = Int32(position.source.dropFirst(prefix.count)) else { continue }
+            for position in positions {
+                guard let partition = KafkaIngestor.partition(of: position.source, topic: topic) else { continue }
                 let gauges = lock.withLock {
                     if let known = partitionGauges[partition] { return known }
                     let labels = [("topic", topic), ("partition", String(partition))]

@@ -25,8 +25,7 @@ public struct LogStats: Sendable, Codable, Equatable {
 
 extension EventStore {
     public func stats() throws(StoreError) -> LogStats {
-        let path = self.path
-        return try read { db in
+        try read { db in
             let row = try Row.fetchOne(db, sql: """
                 SELECT count(*) AS events,
                        coalesce(sum(type = 'login'), 0) AS logins,
@@ -40,8 +39,6 @@ extension EventStore {
             for r in try Row.fetchAll(db, sql: "SELECT code, count(*) AS n FROM quarantine GROUP BY code") {
                 byCode[r["code"]] = r["n"]
             }
-            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64) ?? 0
-            let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int64) ?? 0
             return LogStats(
                 events: row["events"], logins: row["logins"], logouts: row["logouts"],
                 limitedLogins: row["limited"], enabledLogins: row["enabled"],
@@ -52,7 +49,7 @@ extension EventStore {
                 quarantined: byCode.values.reduce(0, +), quarantinedByCode: byCode,
                 firstEventAt: row["first"], lastEventAt: row["last"],
                 positions: try ConsumedPosition.order(Column("source")).fetchAll(db),
-                databaseBytes: size + wal,
+                databaseBytes: databaseBytes(),
                 skippedRecords: try Int64.fetchOne(db, sql: """
                     SELECT coalesce(sum(last_position - first_position + 1), 0) FROM skipped_ranges
                     """) ?? 0
@@ -92,12 +89,15 @@ extension EventStore {
             (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0,
              try Int64.fetchOne(db, sql: "SELECT applied_seq FROM projection_meta") ?? 0)
         }
-        var bytes: Int64 = 0
-        for suffix in ["", "-wal"] {
+        return (last, applied, databaseBytes())
+    }
+
+    /// Bytes of the database file and its WAL on disk.
+    public func databaseBytes() -> Int64 {
+        ["", "-wal"].reduce(0) { total, suffix in
             var info = stat()
-            if stat(path + suffix, &info) == 0 { bytes += Int64(info.st_size) }
+            return stat(path + suffix, &info) == 0 ? total + Int64(info.st_size) : total
         }
-        return (last, applied, bytes)
     }
 
     /// Whether this process may write the database, its WAL and its directory.
