@@ -272,7 +272,7 @@ public final class EventStore: Sendable {
                 arguments: [outcome.duplicates])
         }
         if updateProjections, let last = appended.last?.seq {
-            try ProjectionState.load(db).updater(db, visibleSeq: .max).apply(appended)
+            try ProjectionEngine.apply(appended, in: ProjectionState.load(db).context(db))
             try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
         }
         for position in positions { try position.upsert(db) }

@@ -43,6 +43,13 @@ public struct DeviceState: Sendable, Equatable {
 
     public init() {}
 
+    /// The limited span still open: a limited device's latest event is the limited login
+    /// that opened it, and the next fact closes it.
+    public var openSpan: LimitedSpan? {
+        guard mode == .limited, let asid, let last else { return nil }
+        return LimitedSpan(asid: asid, from: last, to: nil)
+    }
+
     /// Applies the next fact in event-time order. Returns the span this fact closes (the
     /// device was limited until now) and the span it opens (a limited login).
     @discardableResult

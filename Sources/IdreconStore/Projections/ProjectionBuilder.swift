@@ -8,8 +8,9 @@ import IdreconDomain
 /// `device_key`, ASIDs by `asid_key`); each device and each ASID is folded once in
 /// event-time order in memory, and the rows are loaded in key order before the
 /// secondary indexes exist. Memory is bounded by the partition size, not by the log. The
-/// rules are the incremental updater's (the domain
-/// types `DeviceState`, `FriendSnapshot`, `IdentityRules`), so both give the same tables.
+/// folds and the row writers are the projections' own (`DevicesProjection.Fold`,
+/// `IdentitiesProjection.Fold`, `FriendSnapshot`, their `Rows`), the ones the live path
+/// applies each transaction with, so both give the same tables.
 struct ProjectionBuilder {
     let tables: ProjectionTables
     let config: IdentityConfig
@@ -85,9 +86,11 @@ struct ProjectionBuilder {
         facts = Facts()
         var events = 0
         try pool.write { db in
-            try output.writeIdentities(db, tables)
+            try IdentitiesProjection.writeBulk(output.asids, db, tables)
+            try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, merging: merging, db, tables)
             (output.devices, events) = try devices()
-            try output.writeDevices(db, tables)
+            let rows = try DevicesProjection.Rows(db, tables)
+            for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: false) }
         }
         return Int64(events)
     }
@@ -96,62 +99,7 @@ struct ProjectionBuilder {
     /// ASID its identity (`user_id`) from the connected components over linking keys.
     func finish(_ db: Database) throws {
         try tables.createIndexes(db)
-        let blocked = Set(config.blockedKeys)
-        let insertKey = try BulkStatement(db, "INSERT INTO \(tables.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
-        try BulkStatement(db, "SELECT key, count(*) FROM \(tables.asidKeys) GROUP BY key ORDER BY key").each { row in
-            let key = row.string(0), count = row.int(1)
-            let ambiguity = config.ambiguity(key: key, asids: Int(count), blocked: blocked)
-            try insertKey.run { $0.add(key); $0.add(count); $0.add(Int64(ambiguity?.rawValue ?? 0)) }
-        }
-
-        // Union-find over the ASIDs sharing an unambiguous key.
-        var index: [String: Int32] = [:]
-        var names: [String] = []
-        var parent: [Int32] = []
-        func find(_ i: Int32) -> Int32 {
-            var i = i
-            while parent[Int(i)] != i {
-                parent[Int(i)] = parent[Int(parent[Int(i)])]
-                i = parent[Int(i)]
-            }
-            return i
-        }
-        var previousKey = "", previous: Int32 = -1
-        try BulkStatement(db, """
-            SELECT k.key, k.asid FROM \(tables.asidKeys) k JOIN \(tables.linkKeys) l ON l.key = k.key
-            WHERE l.ambiguous = 0 ORDER BY k.key
-            """).each { row in
-            let key = row.string(0), asid = row.string(1)
-            let i: Int32
-            if let known = index[asid] {
-                i = known
-            } else {
-                i = Int32(names.count)
-                index[asid] = i
-                names.append(asid)
-                parent.append(i)
-            }
-            if key.sameBytes(as: previousKey) {
-                let (a, b) = (find(previous), find(i))
-                if a != b { parent[Int(max(a, b))] = min(a, b) }
-            }
-            (previousKey, previous) = (key, i)
-        }
-        var components: [Int32: [Int32]] = [:]
-        for i in parent.indices { components[find(Int32(i)), default: []].append(Int32(i)) }
-        let firstLogin = try BulkStatement(db, "SELECT first_login_at, first_login_event FROM \(tables.asids) WHERE asid = ?")
-        let setUser = try BulkStatement(db, "UPDATE \(tables.asids) SET user_id = ? WHERE asid = ?")
-        for root in components.keys.sorted() where components[root]!.count > 1 {
-            var members: [(asid: String, firstLogin: EventKey)] = []
-            for i in components[root]! {
-                let asid = names[Int(i)]
-                try firstLogin.each({ $0.add(asid) }) { row in members.append((asid, EventKey(at: row.int(0), eventID: row.string(1)))) }
-            }
-            let userID = IdentityRules.userID(members: members)
-            for member in members where "u:" + member.asid != userID {
-                try setUser.run { $0.add(userID); $0.add(member.asid) }
-            }
-        }
+        try IdentitiesProjection.finishBulk(db, tables, config: config)
     }
 
     // MARK: Scanning and folding
@@ -164,33 +112,21 @@ struct ProjectionBuilder {
         var fact: DeviceFact
     }
 
-    /// Everything the projections keep of one ASID's logins. Each part is a minimum or
-    /// maximum over the logins, so logins can be added in any order.
+    /// Everything the projections keep of one ASID's logins: the identity fold and the
+    /// friend snapshot, both independent of the order logins are added in.
     struct ASIDAggregate {
-        var firstLogin: EventKey
-        var keys: [(key: String, first: EventKey)] = []
+        var identity: IdentitiesProjection.Fold
         var snapshot = FriendSnapshot()
         var hasSnapshot = false
 
-        init(firstLogin: EventKey) { self.firstLogin = firstLogin }
+        init(firstLogin: EventKey) { identity = IdentitiesProjection.Fold(firstLogin: firstLogin) }
 
         /// Adds a login of this ASID; `friends` is its friend list, split.
         mutating func add(_ login: LoginRow, friends: [String]?) {
-            let key = login.key
-            if key < firstLogin { firstLogin = key }
-            if let email = login.email { addKey(email, at: key) }
-            if let tfb = login.tfb { addKey(tfb, at: key) }
+            identity.add(login: login.key, email: login.email, tfb: login.tfb)
             if login.friends != nil || login.declinesFriends {
-                snapshot.apply(key: key, friends: friends, declinesFriends: login.declinesFriends)
+                snapshot.apply(key: login.key, friends: friends, declinesFriends: login.declinesFriends)
                 hasSnapshot = true
-            }
-        }
-
-        mutating func addKey(_ key: String, at login: EventKey) {
-            if let i = keys.firstIndex(where: { $0.key.sameBytes(as: key) }) {
-                if login < keys[i].first { keys[i].first = login }
-            } else {
-                keys.append((key, login))
             }
         }
     }
@@ -209,8 +145,8 @@ struct ProjectionBuilder {
     /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
     struct Facts {
         var devices: [DeviceRow] = []
-        var asids: [String: ASIDAggregate] = [:]
-        var mentions: [String: EventKey] = [:]
+        var asids: [ByteText: ASIDAggregate] = [:]
+        var mentions: [ByteText: EventKey] = [:]
 
         init() {}
 
@@ -230,8 +166,8 @@ struct ProjectionBuilder {
         mutating func add(_ login: LoginRow) {
             let key = login.key
             let list = login.friends.map(StoredFriendList.split)
-            for friend in list ?? [] { Self.lower(&mentions[friend, default: key], to: key) } // one lookup each
-            asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
+            for friend in list ?? [] { Self.lower(&mentions[ByteText(friend), default: key], to: key) } // one lookup each
+            asids[ByteText(login.asid), default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
         }
 
         private static func lower(_ value: inout EventKey, to key: EventKey) {
@@ -246,8 +182,7 @@ struct ProjectionBuilder {
                     asids[asid] = theirs
                     continue
                 }
-                if theirs.firstLogin < mine.firstLogin { mine.firstLogin = theirs.firstLogin }
-                for (key, first) in theirs.keys { mine.addKey(key, at: first) }
+                mine.identity.merge(theirs.identity)
                 if let listed = theirs.snapshot.listedAt { mine.snapshot.apply(key: listed, friends: theirs.snapshot.friends, declinesFriends: false) }
                 if let declined = theirs.snapshot.declinedAt { mine.snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
                 mine.hasSnapshot = mine.hasSnapshot || theirs.hasSnapshot
@@ -351,8 +286,7 @@ struct ProjectionBuilder {
         let events = a.count + b.count
         var devices: [FoldedDevice] = []
         var current: DeviceRow?
-        var state = DeviceState()
-        var spans: [LimitedSpan] = []
+        var fold = DevicesProjection.Fold()
         var i = 0, j = 0
         while i < a.count || j < b.count {
             let row: DeviceRow
@@ -365,39 +299,29 @@ struct ProjectionBuilder {
             }
             if let device = current, device.hash != row.hash || !device.app.sameBytes(as: row.app)
                 || !device.device.sameBytes(as: row.device) {
-                devices.append((device.app, device.device, state, spans))
-                (current, state, spans) = (nil, DeviceState(), [])
+                devices.append((device.app, device.device, fold))
+                (current, fold) = (nil, DevicesProjection.Fold())
             }
             if current == nil { current = row }
-            let (closed, opened) = state.apply(row.fact)
-            if let closed { spans[spans.count - 1] = closed }
-            if let opened { spans.append(opened) }
+            fold.add(row.fact)
         }
-        if let device = current { devices.append((device.app, device.device, state, spans)) }
+        if let device = current { devices.append((device.app, device.device, fold)) }
         (a, b) = ([], [])
         // In key order, for the load.
-        devices.sort { ($0.app, $0.device) < ($1.app, $1.device) }
+        devices.sort { ByteTextPair($0.app, $0.device) < ByteTextPair($1.app, $1.device) }
         return (devices, events)
     }
 
-    private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
+    private func fold(asids: [ByteText: ASIDAggregate], into out: inout PartitionOutput) {
         for (asid, aggregate) in asids {
-            out.asids.append((asid, aggregate.firstLogin))
-            for (key, first) in aggregate.keys { out.asidKeys.append((asid, key, first)) }
-            guard aggregate.hasSnapshot else { continue }
-            out.snapshots.append((asid, aggregate.snapshot))
-            for friend in aggregate.snapshot.effective {
-                let edge = asid < friend ? EdgeKey(a: asid, b: friend) : EdgeKey(a: friend, b: asid)
-                var sides = out.edges[edge] ?? (false, false)
-                if asid == edge.a { sides.byA = true } else { sides.byB = true }
-                out.edges[edge] = sides
-            }
+            out.asids.append((asid.text, aggregate.identity))
+            if aggregate.hasSnapshot { out.snapshots.append((asid.text, aggregate.snapshot)) }
         }
     }
 }
 
 /// One device's folded state and limited spans.
-typealias FoldedDevice = (app: String, device: String, state: DeviceState, spans: [LimitedSpan])
+typealias FoldedDevice = (app: String, device: String, fold: DevicesProjection.Fold)
 /// A partition's folded devices (in key order) and the events they were folded from.
 typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
 
@@ -421,83 +345,17 @@ final class Handoff<T>: @unchecked Sendable {
     }
 }
 
-struct EdgeKey: Hashable {
-    var a: String
-    var b: String
-}
-
 /// The rows one partition contributes. Devices and ASIDs belong to exactly one partition;
 /// edges and mentions can be contributed by several, so with more than one partition they
 /// are merged into what earlier partitions loaded.
 private struct PartitionOutput {
     let merging: Bool
     var devices: [FoldedDevice] = []
-    var asids: [(asid: String, first: EventKey)] = []
-    var asidKeys: [(asid: String, key: String, first: EventKey)] = []
+    var asids: [(asid: String, fold: IdentitiesProjection.Fold)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
-    var edges: [EdgeKey: (byA: Bool, byB: Bool)] = [:]
-    var mentions: [String: EventKey] = [:]
+    var mentions: [ByteText: EventKey] = [:]
 
     init(merging: Bool) { self.merging = merging }
-
-    /// Writes the devices (sorted) and their limited spans.
-    func writeDevices(_ db: Database, _ t: ProjectionTables) throws {
-        let device = try BulkStatement(db, """
-            INSERT INTO \(t.devices) (app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
-                logins, logouts, anomalies, last_login_tracking, logout_since_login)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """)
-        let span = try BulkStatement(db, """
-            INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """)
-        for d in devices {
-            let s = d.state
-            try device.run {
-                $0.add(d.app); $0.add(d.device); $0.add(s.mode.rawValue); $0.add(s.asid)
-                $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
-                $0.add(Int64(s.logins)); $0.add(Int64(s.logouts)); $0.add(Int64(s.anomalies))
-                $0.add(s.lastLoginTracking?.rawValue); $0.add(Int64(s.logoutSinceLastLogin ? 1 : 0))
-            }
-            for x in d.spans {
-                try span.run {
-                    $0.add(d.app); $0.add(d.device); $0.add(x.from.at); $0.add(x.from.eventID)
-                    $0.add(x.to?.at); $0.add(x.to?.eventID); $0.add(x.asid)
-                }
-            }
-        }
-    }
-
-    /// Writes the ASIDs, their keys, friend snapshots, edges and mentions.
-    func writeIdentities(_ db: Database, _ t: ProjectionTables) throws {
-        let member = try BulkStatement(db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
-        for m in asids.sorted(by: { $0.asid < $1.asid }) {
-            try member.run { $0.add(m.asid); $0.add(m.first.at); $0.add(m.first.eventID); $0.add("u:" + m.asid) }
-        }
-        let link = try BulkStatement(db, "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
-        for k in asidKeys.sorted(by: { ($0.asid, $0.key) < ($1.asid, $1.key) }) {
-            try link.run { $0.add(k.asid); $0.add(k.key); $0.add(k.first.at); $0.add(k.first.eventID) }
-        }
-        let snapshot = try BulkStatement(db, """
-            INSERT INTO \(t.snapshots) (asid, listed_at, listed_event, friends, declined_at, declined_event) VALUES (?, ?, ?, ?, ?, ?)
-            """)
-        for (asid, s) in snapshots.sorted(by: { $0.asid < $1.asid }) {
-            try snapshot.run {
-                $0.add(asid); $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
-                $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID)
-            }
-        }
-        let edge = try BulkStatement(db, """
-            INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)
-            \(merging ? "ON CONFLICT(a, b) DO UPDATE SET by_a = max(by_a, excluded.by_a), by_b = max(by_b, excluded.by_b)" : "")
-            """)
-        for (key, sides) in edges.sorted(by: { ($0.key.a, $0.key.b) < ($1.key.a, $1.key.b) }) {
-            try edge.run { $0.add(key.a); $0.add(key.b); $0.add(Int64(sides.byA ? 1 : 0)); $0.add(Int64(sides.byB ? 1 : 0)) }
-        }
-        let mention = try BulkStatement(db, merging ? t.recordMention : "INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)")
-        for (asid, first) in mentions.sorted(by: { $0.key < $1.key }) {
-            try mention.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }
-        }
-    }
 }
 
 /// Runs `a` on the calling thread (so it may use the caller's database connection) while

@@ -19,7 +19,8 @@ struct ProjectionState {
 
     var tables: ProjectionTables { ProjectionTables(generation: generation) }
 
-    func updater(_ db: Database, visibleSeq: Int64) -> ProjectionUpdater {
-        ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: visibleSeq)
+    /// Where one transaction's facts are applied to the live projections.
+    func context(_ db: Database, visibleSeq: Int64 = .max) -> ProjectionContext {
+        ProjectionContext(db: db, tables: tables, config: config, visibleSeq: visibleSeq)
     }
 }

@@ -92,15 +92,15 @@ extension EventStore {
             var cursor = seen.lastSeq
             var done = total
             while true {
-                let rows = try Row.fetchAll(db, sql: """
+                var facts: [ProjectionFact] = []
+                try BulkStatement(cached: db, """
                     SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT 10000
-                    """, arguments: [cursor])
-                guard let last = rows.last else { break }
+                    """).each({ $0.add(cursor) }) { facts.append(ProjectionFact($0)) }
+                guard let last = facts.last?.seq else { break }
                 // Device refolds must not see events of later chunks.
-                let updater = ProjectionUpdater(db: db, tables: tables, config: config, blocked: Set(config.blockedKeys), visibleSeq: last["seq"])
-                try updater.apply(rows.map(ProjectionFact.init(row:)))
-                cursor = last["seq"]
-                done += Int64(rows.count)
+                try ProjectionEngine.apply(facts, in: ProjectionContext(db: db, tables: tables, config: config, visibleSeq: last))
+                cursor = last
+                done += Int64(facts.count)
             }
             let state = try ProjectionState.load(db)
             // What changed since the digests above is digested again. The live tables cannot

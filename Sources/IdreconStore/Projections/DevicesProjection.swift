@@ -1,0 +1,198 @@
+import GRDB
+import IdreconDomain
+
+/// Devices (SPEC section 4): each `(app_id, device_id)`'s mode, logged-in ASID, counts and
+/// anomalies (`devices`), and the spans during which it held an ASID in limited mode
+/// (`limited_spans`, what `access --as-of` reads). A device's facts are folded in event
+/// time (`Fold`); a transaction whose facts all follow the stored state continues it, one
+/// with an older fact (a late event) folds the device again from the log.
+enum DevicesProjection: Projection {
+    static let tables = [
+        (name: "devices", primaryKey: "app_id, device_id"),
+        (name: "limited_spans", primaryKey: "app_id, device_id, from_at, from_event"),
+    ]
+
+    static func createTables(generation g: Int) -> String {
+        """
+        CREATE TABLE devices_g\(g) (
+            app_id      TEXT NOT NULL,
+            device_id   TEXT NOT NULL,
+            mode        TEXT NOT NULL CHECK (mode IN ('enabled', 'limited', 'logged_out')),
+            asid        TEXT,
+            first_at    INTEGER NOT NULL,
+            first_event TEXT NOT NULL,
+            last_at     INTEGER NOT NULL,
+            last_event  TEXT NOT NULL,
+            logins      INTEGER NOT NULL CHECK (logins >= 0),
+            logouts     INTEGER NOT NULL CHECK (logouts >= 0),
+            anomalies   INTEGER NOT NULL CHECK (anomalies >= 0),
+            last_login_tracking TEXT CHECK (last_login_tracking IN ('enabled', 'limited')),
+            logout_since_login  INTEGER NOT NULL CHECK (logout_since_login IN (0, 1)),
+            PRIMARY KEY (app_id, device_id),
+            CHECK ((mode = 'logged_out') = (asid IS NULL))
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE limited_spans_g\(g) (
+            app_id     TEXT NOT NULL,
+            device_id  TEXT NOT NULL,
+            from_at    INTEGER NOT NULL,
+            from_event TEXT NOT NULL,
+            to_at      INTEGER,
+            to_event   TEXT,
+            asid       TEXT NOT NULL,
+            PRIMARY KEY (app_id, device_id, from_at, from_event),
+            CHECK ((to_at IS NULL) = (to_event IS NULL))
+        ) STRICT, WITHOUT ROWID;
+        """
+    }
+
+    static func createIndexes(generation g: Int) -> String {
+        """
+        CREATE INDEX devices_g\(g)_asid ON devices_g\(g)(asid) WHERE asid IS NOT NULL;
+        CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at);
+        """
+    }
+
+    // MARK: The fold
+
+    /// One device being folded: its state, and the limited spans the fold opened or closed.
+    struct Fold {
+        var state: DeviceState
+        var spans: [LimitedSpan]
+        /// How many of `spans` were already stored (the open span a stored limited state
+        /// carries): written again only once closed.
+        let carried: Int
+
+        /// A device with no events yet (replay, or a device the log has not seen).
+        init() {
+            state = DeviceState()
+            spans = []
+            carried = 0
+        }
+
+        /// Continues from a stored state. A limited device's open span started at its latest
+        /// event, so the next fact can close it.
+        init(continuing stored: DeviceState) {
+            state = stored
+            spans = stored.openSpan.map { [$0] } ?? []
+            carried = spans.count
+        }
+
+        /// Adds the device's next fact in event time.
+        mutating func add(_ fact: DeviceFact) {
+            let (closed, opened) = state.apply(fact)
+            if let closed { spans[spans.count - 1] = closed }
+            if let opened { spans.append(opened) }
+        }
+
+        /// The spans to write: every one but a carried span that is still open.
+        var changedSpans: ArraySlice<LimitedSpan> {
+            carried > 0 && spans[0].to == nil ? spans.dropFirst() : spans[...]
+        }
+    }
+
+    // MARK: Live
+
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+        var byDevice: [ByteTextPair: [DeviceFact]] = [:]
+        for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
+        let rows = try Rows(context.db, context.tables)
+        let refold = try BulkStatement(cached: context.db, """
+            SELECT occurred_at, event_id, type, tracking, asid FROM events
+            WHERE device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
+            """)
+        for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
+            let (app, id) = (device.first.text, device.second.text)
+            let sorted = list.sorted { $0.key < $1.key }
+            let stored = try rows.load(app, id)
+            var fold: Fold
+            if let stored, let last = stored.last, sorted[0].key < last {
+                // A late event: fold the device again from the log (which holds this
+                // transaction's events too).
+                var logged: [DeviceFact] = []
+                try refold.each({ $0.add(StableHash.key(app, id)); $0.add(app); $0.add(id); $0.add(context.visibleSeq) }) { row in
+                    logged.append(DeviceFact(
+                        key: EventKey(at: row.int(0), eventID: row.string(1)), type: row.string(2) == "logout" ? .logout : .login,
+                        tracking: row.optionalString(3).flatMap(Tracking.init), asid: row.optionalString(4)))
+                }
+                logged.sort { $0.key < $1.key }
+                fold = Fold()
+                for fact in logged { fold.add(fact) }
+                try rows.deleteSpans(app, id)
+            } else {
+                fold = stored.map(Fold.init(continuing:)) ?? Fold()
+                for fact in sorted { fold.add(fact) }
+            }
+            try rows.write(app, id, fold, stored: stored != nil)
+        }
+    }
+
+    // MARK: Rows
+
+    /// Binding and decoding of `devices` and `limited_spans` rows: the only place that
+    /// lists their columns.
+    struct Rows {
+        private let loadDevice, insertDevice, updateDevice, upsertSpan, deleteSpans: BulkStatement
+
+        init(_ db: Database, _ t: ProjectionTables) throws {
+            loadDevice = try BulkStatement(cached: db, """
+                SELECT mode, asid, first_at, first_event, last_at, last_event, logins, logouts, anomalies,
+                    last_login_tracking, logout_since_login
+                FROM \(t.devices) WHERE app_id = ? AND device_id = ?
+                """)
+            insertDevice = try BulkStatement(cached: db, """
+                INSERT INTO \(t.devices) (mode, asid, first_at, first_event, last_at, last_event,
+                    logins, logouts, anomalies, last_login_tracking, logout_since_login, app_id, device_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            updateDevice = try BulkStatement(cached: db, """
+                UPDATE \(t.devices) SET mode = ?, asid = ?, first_at = ?, first_event = ?, last_at = ?, last_event = ?,
+                    logins = ?, logouts = ?, anomalies = ?, last_login_tracking = ?, logout_since_login = ?
+                WHERE app_id = ? AND device_id = ?
+                """)
+            upsertSpan = try BulkStatement(cached: db, """
+                INSERT INTO \(t.spans) (app_id, device_id, from_at, from_event, to_at, to_event, asid) VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (app_id, device_id, from_at, from_event) DO UPDATE SET to_at = excluded.to_at, to_event = excluded.to_event
+                """)
+            deleteSpans = try BulkStatement(cached: db, "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?")
+        }
+
+        func load(_ app: String, _ device: String) throws -> DeviceState? {
+            try loadDevice.first({ $0.add(app); $0.add(device) }) { row in
+                var s = DeviceState()
+                s.mode = DeviceMode(rawValue: row.string(0)) ?? .loggedOut
+                s.asid = row.optionalString(1)
+                s.first = EventKey(at: row.int(2), eventID: row.string(3))
+                s.last = EventKey(at: row.int(4), eventID: row.string(5))
+                s.logins = Int(row.int(6))
+                s.logouts = Int(row.int(7))
+                s.anomalies = Int(row.int(8))
+                s.lastLoginTracking = row.optionalString(9).flatMap(Tracking.init)
+                s.logoutSinceLastLogin = row.int(10) == 1
+                return s
+            }
+        }
+
+        /// Writes a folded device (inserted when `stored` is false) and its changed spans.
+        func write(_ app: String, _ device: String, _ fold: Fold, stored: Bool) throws {
+            let s = fold.state
+            try (stored ? updateDevice : insertDevice).run {
+                $0.add(s.mode.rawValue); $0.add(s.asid)
+                $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
+                $0.add(s.logins); $0.add(s.logouts); $0.add(s.anomalies)
+                $0.add(s.lastLoginTracking?.rawValue); $0.add(s.logoutSinceLastLogin)
+                $0.add(app); $0.add(device)
+            }
+            for span in fold.changedSpans {
+                try upsertSpan.run {
+                    $0.add(app); $0.add(device); $0.add(span.from.at); $0.add(span.from.eventID)
+                    $0.add(span.to?.at); $0.add(span.to?.eventID); $0.add(span.asid)
+                }
+            }
+        }
+
+        func deleteSpans(_ app: String, _ device: String) throws {
+            try deleteSpans.run { $0.add(app); $0.add(device) }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import GRDB
+import IdreconDomain
+
+/// The friend graph (SPEC section 4): each ASID's latest friend list and its latest
+/// decline of `user_friends` (`friend_snapshots`, a `FriendSnapshot` folds logins in any
+/// order), the undirected edges while either side's snapshot names the other
+/// (`friend_edges`, with which side names it), and every ASID named in a friend list with
+/// its earliest mention (`friend_mentions`).
+enum FriendsProjection: Projection {
+    static let tables = [
+        (name: "friend_snapshots", primaryKey: "asid"),
+        (name: "friend_edges", primaryKey: "a, b"),
+        (name: "friend_mentions", primaryKey: "asid"),
+    ]
+
+    static func createTables(generation g: Int) -> String {
+        """
+        CREATE TABLE friend_snapshots_g\(g) (
+            asid           TEXT PRIMARY KEY,
+            listed_at      INTEGER,
+            listed_event   TEXT,
+            friends        TEXT NOT NULL,
+            declined_at    INTEGER,
+            declined_event TEXT
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE friend_edges_g\(g) (
+            a    TEXT NOT NULL,
+            b    TEXT NOT NULL,
+            by_a INTEGER NOT NULL CHECK (by_a IN (0, 1)),
+            by_b INTEGER NOT NULL CHECK (by_b IN (0, 1)),
+            PRIMARY KEY (a, b),
+            CHECK (a < b),
+            CHECK (by_a = 1 OR by_b = 1)
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE friend_mentions_g\(g) (
+            asid        TEXT PRIMARY KEY,
+            first_at    INTEGER NOT NULL,
+            first_event TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID;
+        """
+    }
+
+    static func createIndexes(generation g: Int) -> String {
+        "CREATE INDEX friend_edges_g\(g)_b ON friend_edges_g\(g)(b);"
+    }
+
+    /// An undirected edge, `a < b` by bytes (the table's CHECK and key order).
+    struct Edge: Hashable, Comparable {
+        var a: ByteText
+        var b: ByteText
+
+        init(_ x: String, _ y: String) {
+            let (x, y) = (ByteText(x), ByteText(y))
+            (a, b) = x < y ? (x, y) : (y, x)
+        }
+
+        static func < (l: Edge, r: Edge) -> Bool { l.a != r.a ? l.a < r.a : l.b < r.b }
+    }
+
+    /// Which sides name an edge; nil: unknown (not changed by this fold).
+    typealias Sides = (byA: Bool?, byB: Bool?)
+
+    /// Records that `from`'s snapshot names (or no longer names) `to`.
+    static func set(_ edges: inout [Edge: Sides], from: String, to: String, _ on: Bool) {
+        let edge = Edge(from, to)
+        if edge.a.text.sameBytes(as: from) { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
+    }
+
+    /// Lowers a mention to the earlier of two.
+    static func lower(_ mentions: inout [ByteText: EventKey], _ friend: String, to key: EventKey) {
+        if let known = mentions[ByteText(friend)], known < key { return }
+        mentions[ByteText(friend)] = key
+    }
+
+    // MARK: Live
+
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+        var mentions: [ByteText: EventKey] = [:]
+        var byASID: [ByteText: [ProjectionFact]] = [:]
+        for fact in facts where fact.type == .login {
+            guard let asid = fact.asid, fact.friends != nil || fact.declinesFriends else { continue }
+            byASID[ByteText(asid), default: []].append(fact)
+            for friend in fact.friends ?? [] { lower(&mentions, friend, to: fact.key) }
+        }
+        guard !byASID.isEmpty else { return }
+        let rows = try Rows(context.db, context.tables)
+        var edges: [Edge: Sides] = [:]
+        for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
+            let asid = asid.text
+            let stored = try rows.snapshot(asid)
+            var snapshot = stored ?? FriendSnapshot()
+            let before = snapshot.effective
+            var changed = false
+            for fact in list {
+                changed = snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) || changed
+            }
+            guard changed else { continue }
+            try rows.write(asid, snapshot, stored: stored != nil)
+            let after = snapshot.effective
+            for friend in before.subtracting(after) { set(&edges, from: asid, to: friend, false) }
+            for friend in after.subtracting(before) { set(&edges, from: asid, to: friend, true) }
+        }
+        for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) {
+            let stored = try rows.edge(edge)
+            let byA = sides.byA ?? stored?.byA ?? false, byB = sides.byB ?? stored?.byB ?? false
+            if byA || byB {
+                try rows.saveEdge(edge, byA: byA, byB: byB)
+            } else if stored != nil {
+                try rows.deleteEdge(edge)
+            }
+        }
+        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend.text, first) }
+    }
+
+    // MARK: Bulk
+
+    /// Writes a partition's snapshots, the edges they name and the mentions (replay), in
+    /// key order. With `merging`, edges and mentions are merged into what earlier
+    /// partitions wrote (an edge or mention can come from any partition).
+    static func writeBulk(
+        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [ByteText: EventKey], merging: Bool,
+        _ db: Database, _ t: ProjectionTables
+    ) throws {
+        let rows = try Rows(db, t)
+        var edges: [Edge: Sides] = [:]
+        for (asid, snapshot) in snapshots.sorted(by: { ByteText($0.asid) < ByteText($1.asid) }) {
+            try rows.write(asid, snapshot, stored: false)
+            for friend in snapshot.effective { set(&edges, from: asid, to: friend, true) }
+        }
+        for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) {
+            let byA = sides.byA ?? false, byB = sides.byB ?? false
+            if merging { try rows.mergeEdge(edge, byA: byA, byB: byB) } else { try rows.saveEdge(edge, byA: byA, byB: byB) }
+        }
+        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend.text, first) }
+    }
+
+    // MARK: Rows
+
+    /// Binding and decoding of `friend_snapshots`, `friend_edges` and `friend_mentions` rows.
+    struct Rows {
+        private let loadSnapshot, insertSnapshot, updateSnapshot, loadEdge, saveEdge_, mergeEdge_, deleteEdge_, mention_: BulkStatement
+
+        init(_ db: Database, _ t: ProjectionTables) throws {
+            loadSnapshot = try BulkStatement(cached: db, """
+                SELECT listed_at, listed_event, friends, declined_at, declined_event FROM \(t.snapshots) WHERE asid = ?
+                """)
+            insertSnapshot = try BulkStatement(cached: db, """
+                INSERT INTO \(t.snapshots) (listed_at, listed_event, friends, declined_at, declined_event, asid) VALUES (?, ?, ?, ?, ?, ?)
+                """)
+            updateSnapshot = try BulkStatement(cached: db, """
+                UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
+                """)
+            loadEdge = try BulkStatement(cached: db, "SELECT by_a, by_b FROM \(t.edges) WHERE a = ? AND b = ?")
+            saveEdge_ = try BulkStatement(cached: db, "INSERT OR REPLACE INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)")
+            mergeEdge_ = try BulkStatement(cached: db, """
+                INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)
+                ON CONFLICT(a, b) DO UPDATE SET by_a = max(by_a, excluded.by_a), by_b = max(by_b, excluded.by_b)
+                """)
+            deleteEdge_ = try BulkStatement(cached: db, "DELETE FROM \(t.edges) WHERE a = ? AND b = ?")
+            // The earliest mention wins, whichever transaction or partition brings it.
+            mention_ = try BulkStatement(cached: db, """
+                INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
+                ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
+                WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
+                """)
+        }
+
+        func snapshot(_ asid: String) throws -> FriendSnapshot? {
+            try loadSnapshot.first({ $0.add(asid) }) { row in
+                FriendSnapshot(
+                    listedAt: row.isNull(0) ? nil : EventKey(at: row.int(0), eventID: row.string(1)),
+                    friends: StoredFriendList.split(row.string(2)),
+                    declinedAt: row.isNull(3) ? nil : EventKey(at: row.int(3), eventID: row.string(4)))
+            }
+        }
+
+        func write(_ asid: String, _ s: FriendSnapshot, stored: Bool) throws {
+            try (stored ? updateSnapshot : insertSnapshot).run {
+                $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
+                $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID); $0.add(asid)
+            }
+        }
+
+        func edge(_ e: Edge) throws -> (byA: Bool, byB: Bool)? {
+            try loadEdge.first({ $0.add(e.a.text); $0.add(e.b.text) }) { ($0.int(0) == 1, $0.int(1) == 1) }
+        }
+
+        func saveEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
+            try saveEdge_.run { $0.add(e.a.text); $0.add(e.b.text); $0.add(byA); $0.add(byB) }
+        }
+
+        func mergeEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
+            try mergeEdge_.run { $0.add(e.a.text); $0.add(e.b.text); $0.add(byA); $0.add(byB) }
+        }
+
+        func deleteEdge(_ e: Edge) throws { try deleteEdge_.run { $0.add(e.a.text); $0.add(e.b.text) } }
+
+        func mention(_ asid: String, _ first: EventKey) throws {
+            try mention_.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+import GRDB
+import IdreconDomain
+
+/// Identities (SPEC section 4): every ASID's earliest login and `user_id` (`asids`), the
+/// link keys each ASID logged in with (`asid_keys`), and how many ASIDs share each key and
+/// whether it is ambiguous (`link_keys`). `user_id` is `u:` + the earliest-login member of
+/// the ASID's connected component over unambiguous keys. The per-ASID parts are minimums
+/// and counts, so facts fold in any order; components are recomputed for the ASIDs whose
+/// links, keys' ambiguity or first login changed.
+enum IdentitiesProjection: Projection {
+    static let tables = [
+        (name: "asids", primaryKey: "asid"),
+        (name: "asid_keys", primaryKey: "asid, key"),
+        (name: "link_keys", primaryKey: "key"),
+    ]
+
+    static func createTables(generation g: Int) -> String {
+        """
+        CREATE TABLE asids_g\(g) (
+            asid              TEXT PRIMARY KEY,
+            first_login_at    INTEGER NOT NULL,
+            first_login_event TEXT NOT NULL,
+            user_id           TEXT NOT NULL CHECK (user_id LIKE 'u:%')
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE asid_keys_g\(g) (
+            asid        TEXT NOT NULL,
+            key         TEXT NOT NULL CHECK (key LIKE 'email:%' OR key LIKE 'tfb:%'),
+            first_at    INTEGER NOT NULL,
+            first_event TEXT NOT NULL,
+            PRIMARY KEY (asid, key)
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE link_keys_g\(g) (
+            key       TEXT PRIMARY KEY,
+            asids     INTEGER NOT NULL CHECK (asids >= 1),
+            ambiguous INTEGER NOT NULL CHECK (ambiguous IN (0, 1, 2))
+        ) STRICT, WITHOUT ROWID;
+        """
+    }
+
+    static func createIndexes(generation g: Int) -> String {
+        """
+        CREATE INDEX asids_g\(g)_user ON asids_g\(g)(user_id);
+        CREATE INDEX asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);
+        """
+    }
+
+    // MARK: The fold
+
+    /// What the projection keeps of one ASID's logins: the earliest, and the earliest login
+    /// with each key. Minimums, so logins can be added in any order.
+    struct Fold {
+        var firstLogin: EventKey
+        var keys: [(key: String, first: EventKey)] = []
+
+        init(firstLogin: EventKey) { self.firstLogin = firstLogin }
+
+        mutating func add(login key: EventKey, email: String?, tfb: String?) {
+            if key < firstLogin { firstLogin = key }
+            if let email { addKey(email, at: key) }
+            if let tfb { addKey(tfb, at: key) }
+        }
+
+        mutating func addKey(_ key: String, at login: EventKey) {
+            if let i = keys.firstIndex(where: { $0.key.sameBytes(as: key) }) {
+                if login < keys[i].first { keys[i].first = login }
+            } else {
+                keys.append((key, login))
+            }
+        }
+
+        /// Adds another fold of the same ASID (from another part of the log).
+        mutating func merge(_ other: Fold) {
+            if other.firstLogin < firstLogin { firstLogin = other.firstLogin }
+            for (key, first) in other.keys { addKey(key, at: first) }
+        }
+    }
+
+    // MARK: Live
+
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+        var folds: [ByteText: Fold] = [:]
+        for fact in facts where fact.type == .login {
+            guard let asid = fact.asid else { continue }
+            folds[ByteText(asid), default: Fold(firstLogin: fact.key)].add(login: fact.key, email: fact.linkEmail, tfb: fact.linkTFB)
+        }
+        guard !folds.isEmpty else { return }
+        let rows = try Rows(context.db, context.tables)
+        var dirty: Set<String> = []
+        var newLinks: [ByteText: [String]] = [:] // key → ASIDs that gained it
+        for (asid, fold) in folds.sorted(by: { $0.key < $1.key }) {
+            let asid = asid.text
+            if let stored = try rows.firstLogin(asid) {
+                if fold.firstLogin < stored {
+                    try rows.moveFirstLogin(asid, to: fold.firstLogin)
+                    dirty.insert(asid)
+                }
+            } else {
+                try rows.insertASID(asid, firstLogin: fold.firstLogin)
+                dirty.insert(asid)
+            }
+            for (key, first) in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
+                if let stored = try rows.linkFirst(asid, key) {
+                    if first < stored { try rows.moveLink(asid, key, to: first) }
+                } else {
+                    try rows.insertLink(asid, key, first: first)
+                    newLinks[ByteText(key), default: []].append(asid)
+                }
+            }
+        }
+        // Each key's count and ambiguity once, in key order. Ambiguity only grows with the
+        // count, so comparing before and after the transaction sees every change.
+        for (key, asids) in newLinks.sorted(by: { $0.key < $1.key }) {
+            let key = key.text
+            let stored = try rows.linkKey(key)
+            let count = (stored?.asids ?? 0) + asids.count
+            let before = stored?.ambiguity
+            let after = context.config.ambiguity(key: key, asids: count, blocked: context.blocked)
+            try rows.saveLinkKey(key, asids: count, ambiguity: after)
+            if before != after {
+                try rows.asids(of: key) { dirty.insert($0) }
+            } else if after == nil {
+                dirty.formUnion(asids)
+            }
+        }
+        try recomputeComponents(dirty, rows)
+    }
+
+    /// Recomputes `user_id` for the components containing `asids`.
+    static func recomputeComponents(_ asids: Set<String>, _ rows: Rows) throws {
+        var done: Set<String> = []
+        for start in asids.sorted() where !done.contains(start) {
+            let component = try IdentityRules.component(of: start, keysOf: rows.linkingKeys(of:), asidsOf: rows.asids(of:))
+            done.formUnion(component)
+            var members: [(asid: String, firstLogin: EventKey, userID: String)] = []
+            for asid in component.sorted() {
+                guard let m = try rows.member(asid) else { continue }
+                members.append((asid, m.firstLogin, m.userID))
+            }
+            guard !members.isEmpty else { continue }
+            let userID = IdentityRules.userID(members: members.map { ($0.asid, $0.firstLogin) })
+            for m in members where !m.userID.sameBytes(as: userID) { try rows.setUser(m.asid, userID) }
+        }
+    }
+
+    // MARK: Bulk
+
+    /// Writes a partition's folded ASIDs and their keys (replay), in key order, each with
+    /// the provisional identity `u:` + itself; `finishBulk` counts the keys and assigns
+    /// the components' identities.
+    static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
+        let rows = try Rows(db, t)
+        let sorted = folds.sorted { ByteText($0.asid) < ByteText($1.asid) }
+        for (asid, fold) in sorted { try rows.insertASID(asid, firstLogin: fold.firstLogin) }
+        for (asid, fold) in sorted {
+            for (key, first) in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
+                try rows.insertLink(asid, key, first: first)
+            }
+        }
+    }
+
+    /// After a bulk load (and its secondary indexes): counts the link keys and assigns every
+    /// ASID the identity of its connected component (union-find over the ASIDs sharing an
+    /// unambiguous key).
+    static func finishBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws {
+        let blocked = Set(config.blockedKeys)
+        let insertKey = try BulkStatement(db, "INSERT INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+        try BulkStatement(db, "SELECT key, count(*) FROM \(t.asidKeys) GROUP BY key ORDER BY key").each { row in
+            let key = row.string(0), count = row.int(1)
+            let ambiguity = config.ambiguity(key: key, asids: Int(count), blocked: blocked)
+            try insertKey.run { $0.add(key); $0.add(count); $0.add(Int64(ambiguity?.rawValue ?? 0)) }
+        }
+        var index: [ByteText: Int32] = [:]
+        var names: [String] = []
+        var parent: [Int32] = []
+        func find(_ i: Int32) -> Int32 {
+            var i = i
+            while parent[Int(i)] != i {
+                parent[Int(i)] = parent[Int(parent[Int(i)])]
+                i = parent[Int(i)]
+            }
+            return i
+        }
+        var previousKey = "", previous: Int32 = -1
+        try BulkStatement(db, """
+            SELECT k.key, k.asid FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key
+            WHERE l.ambiguous = 0 ORDER BY k.key
+            """).each { row in
+            let key = row.string(0), asid = row.string(1)
+            let i: Int32
+            if let known = index[ByteText(asid)] {
+                i = known
+            } else {
+                i = Int32(names.count)
+                index[ByteText(asid)] = i
+                names.append(asid)
+                parent.append(i)
+            }
+            if key.sameBytes(as: previousKey) {
+                let (a, b) = (find(previous), find(i))
+                if a != b { parent[Int(max(a, b))] = min(a, b) }
+            }
+            (previousKey, previous) = (key, i)
+        }
+        var components: [Int32: [Int32]] = [:]
+        for i in parent.indices { components[find(Int32(i)), default: []].append(Int32(i)) }
+        let rows = try Rows(db, t)
+        for root in components.keys.sorted() where components[root]!.count > 1 {
+            var members: [(asid: String, firstLogin: EventKey)] = []
+            for i in components[root]! {
+                let asid = names[Int(i)]
+                if let first = try rows.firstLogin(asid) { members.append((asid, first)) }
+            }
+            let userID = IdentityRules.userID(members: members)
+            for member in members where !("u:" + member.asid).sameBytes(as: userID) { try rows.setUser(member.asid, userID) }
+        }
+    }
+
+    // MARK: Rows
+
+    /// Binding and decoding of `asids`, `asid_keys` and `link_keys` rows.
+    struct Rows {
+        private let loadMember, insertMember, moveFirst, loadLink, insertLink_, moveLink_, loadKey, saveKey, asidsOfKey,
+            keysOfASID, loadIdentity, setUser_: BulkStatement
+
+        init(_ db: Database, _ t: ProjectionTables) throws {
+            loadMember = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
+            insertMember = try BulkStatement(cached: db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
+            moveFirst = try BulkStatement(cached: db, "UPDATE \(t.asids) SET first_login_at = ?, first_login_event = ? WHERE asid = ?")
+            loadLink = try BulkStatement(cached: db, "SELECT first_at, first_event FROM \(t.asidKeys) WHERE asid = ? AND key = ?")
+            insertLink_ = try BulkStatement(cached: db, "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
+            moveLink_ = try BulkStatement(cached: db, "UPDATE \(t.asidKeys) SET first_at = ?, first_event = ? WHERE asid = ? AND key = ?")
+            loadKey = try BulkStatement(cached: db, "SELECT asids, ambiguous FROM \(t.linkKeys) WHERE key = ?")
+            saveKey = try BulkStatement(cached: db, "INSERT OR REPLACE INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+            asidsOfKey = try BulkStatement(cached: db, "SELECT asid FROM \(t.asidKeys) WHERE key = ?")
+            keysOfASID = try BulkStatement(cached: db, """
+                SELECT k.key FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key WHERE k.asid = ? AND l.ambiguous = 0
+                """)
+            loadIdentity = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event, user_id FROM \(t.asids) WHERE asid = ?")
+            setUser_ = try BulkStatement(cached: db, "UPDATE \(t.asids) SET user_id = ? WHERE asid = ?")
+        }
+
+        private static func eventKey(_ row: BulkStatement.Reader) -> EventKey { EventKey(at: row.int(0), eventID: row.string(1)) }
+
+        func firstLogin(_ asid: String) throws -> EventKey? { try loadMember.first({ $0.add(asid) }, Self.eventKey) }
+
+        func member(_ asid: String) throws -> (firstLogin: EventKey, userID: String)? {
+            try loadIdentity.first({ $0.add(asid) }) { (Self.eventKey($0), $0.string(2)) }
+        }
+
+        func insertASID(_ asid: String, firstLogin: EventKey) throws {
+            try insertMember.run { $0.add(asid); $0.add(firstLogin.at); $0.add(firstLogin.eventID); $0.add("u:" + asid) }
+        }
+
+        func moveFirstLogin(_ asid: String, to first: EventKey) throws {
+            try moveFirst.run { $0.add(first.at); $0.add(first.eventID); $0.add(asid) }
+        }
+
+        func setUser(_ asid: String, _ userID: String) throws { try setUser_.run { $0.add(userID); $0.add(asid) } }
+
+        func linkFirst(_ asid: String, _ key: String) throws -> EventKey? {
+            try loadLink.first({ $0.add(asid); $0.add(key) }, Self.eventKey)
+        }
+
+        func insertLink(_ asid: String, _ key: String, first: EventKey) throws {
+            try insertLink_.run { $0.add(asid); $0.add(key); $0.add(first.at); $0.add(first.eventID) }
+        }
+
+        func moveLink(_ asid: String, _ key: String, to first: EventKey) throws {
+            try moveLink_.run { $0.add(first.at); $0.add(first.eventID); $0.add(asid); $0.add(key) }
+        }
+
+        func linkKey(_ key: String) throws -> (asids: Int, ambiguity: KeyAmbiguity?)? {
+            try loadKey.first({ $0.add(key) }) { (Int($0.int(0)), KeyAmbiguity(rawValue: Int($0.int(1)))) }
+        }
+
+        func saveLinkKey(_ key: String, asids: Int, ambiguity: KeyAmbiguity?) throws {
+            try saveKey.run { $0.add(key); $0.add(asids); $0.add(ambiguity?.rawValue ?? 0) }
+        }
+
+        func asids(of key: String, _ each: (String) -> Void) throws {
+            try asidsOfKey.each({ $0.add(key) }) { each($0.string(0)) }
+        }
+
+        func asids(of key: String) throws -> [String] {
+            var result: [String] = []
+            try asids(of: key) { result.append($0) }
+            return result
+        }
+
+        /// The keys of `asid` that link (are not ambiguous).
+        func linkingKeys(of asid: String) throws -> [String] {
+            var result: [String] = []
+            try keysOfASID.each({ $0.add(asid) }) { result.append($0.string(0)) }
+            return result
+        }
+    }
+}

@@ -1,0 +1,161 @@
+import GRDB
+import IdreconDomain
+
+/// One projection of the log. A conforming type owns its tables (DDL, secondary indexes,
+/// the order digests read them in, binding and decoding of their rows) and its fold. The
+/// live path applies each transaction's facts with `apply`; replay's bulk load
+/// (`ProjectionBuilder`) writes the rows the same fold produces from a partition of the log.
+///
+/// Adding a projection is one file conforming to this protocol plus its entry in
+/// `ProjectionEngine.projections`. The folds work on `ProjectionFact`s and domain types;
+/// only the table layer of each file speaks SQL, so a second store can implement it.
+protocol Projection {
+    /// The projection's tables (reader-view names) with their primary-key columns, in the
+    /// order digests read rows in.
+    static var tables: [(name: String, primaryKey: String)] { get }
+    /// `CREATE TABLE` statements of generation `g`'s tables, without secondary indexes.
+    static func createTables(generation g: Int) -> String
+    /// The secondary indexes of generation `g` (a bulk load creates them after loading).
+    static func createIndexes(generation g: Int) -> String
+    /// Folds one transaction's facts (in log order) into the rows of the entities they
+    /// touch: groups the facts by entity, reads the touched rows in key order, folds, and
+    /// writes each changed row once, in key order.
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws
+}
+
+/// The registered projections, applied in this order (identities before friends: nothing
+/// depends on the order today, but it is fixed so that the writes are).
+enum ProjectionEngine {
+    static let projections: [any Projection.Type] = [DevicesProjection.self, IdentitiesProjection.self, FriendsProjection.self]
+
+    static let tableNames: [String] = projections.flatMap { $0.tables.map(\.name) }
+
+    static let primaryKeys: [String: String] = Dictionary(
+        uniqueKeysWithValues: projections.flatMap { $0.tables.map { ($0.name, $0.primaryKey) } })
+
+    /// Applies one transaction's facts to every projection.
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+        guard !facts.isEmpty else { return }
+        for projection in projections { try projection.apply(facts, in: context) }
+    }
+}
+
+/// Where the projections of one transaction are read and written: a generation's tables
+/// on the writer's connection, the identity configuration, and how far the log is visible.
+struct ProjectionContext {
+    let db: Database
+    let tables: ProjectionTables
+    let config: IdentityConfig
+    let blocked: Set<String>
+    /// Refolds read logged events up to this sequence number (replay's catch-up applies
+    /// the log in chunks; a refold must not see later chunks).
+    let visibleSeq: Int64
+
+    init(db: Database, tables: ProjectionTables, config: IdentityConfig, visibleSeq: Int64 = .max) {
+        self.db = db
+        self.tables = tables
+        self.config = config
+        self.blocked = Set(config.blockedKeys)
+        self.visibleSeq = visibleSeq
+    }
+}
+
+/// What the projections need of one logged event; read from the event or from the
+/// `events` columns (replay never re-parses payloads).
+struct ProjectionFact: Sendable {
+    var seq: Int64
+    var key: EventKey
+    var appID: String
+    var deviceID: String
+    var type: EventType
+    var tracking: Tracking?
+    var asid: String?
+    var linkEmail: String?
+    var linkTFB: String?
+    var friends: [String]?
+    var declinesFriends: Bool
+
+    init(seq: Int64, event e: LoginEvent, columns c: EventColumns) {
+        self.seq = seq
+        key = EventKey(at: e.occurredAt, eventID: e.eventID)
+        appID = e.appID
+        deviceID = e.deviceID
+        type = e.type
+        tracking = e.type == .login ? e.tracking : nil
+        asid = e.asid
+        linkEmail = c.linkEmail
+        linkTFB = c.linkTFB
+        friends = e.type == .login ? e.friendASIDs : nil
+        declinesFriends = c.declinesFriends
+    }
+
+    /// Reads the columns `selectColumns` names, in that order.
+    init(_ row: BulkStatement.Reader) {
+        seq = row.int(0)
+        key = EventKey(at: row.int(2), eventID: row.string(1))
+        appID = row.string(3)
+        deviceID = row.string(4)
+        type = row.string(5) == "logout" ? .logout : .login
+        tracking = row.optionalString(6).flatMap(Tracking.init)
+        asid = row.optionalString(7)
+        linkEmail = row.optionalString(8)
+        linkTFB = row.optionalString(9)
+        friends = row.optionalString(10).map(StoredFriendList.split)
+        declinesFriends = row.int(11) == 1
+    }
+
+    static let selectColumns = "seq, event_id, occurred_at, app_id, device_id, type, tracking, asid, link_email, link_tfb, friends, declines_friends"
+
+    var deviceFact: DeviceFact { DeviceFact(key: key, type: type, tracking: tracking, asid: asid) }
+}
+
+/// The derived columns of `events` for one event.
+struct EventColumns {
+    var deviceKey: Int64
+    var asidKey: Int64?
+    var linkEmail: String?
+    var linkTFB: String?
+    var friends: String?
+    var declinesFriends: Bool
+
+    init(_ e: LoginEvent) {
+        deviceKey = StableHash.key(e.appID, e.deviceID)
+        asidKey = e.asid.map { StableHash.key($0) }
+        let login = e.type == .login
+        linkEmail = login ? e.email.map(LinkKey.email) : nil
+        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
+        friends = login ? e.friendASIDs?.joined(separator: ",") : nil
+        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
+    }
+}
+
+/// Text as a key of the projections' in-memory grouping: equal and ordered by its UTF-8
+/// bytes, as SQLite's BINARY collation orders the tables (Swift's `String` would merge
+/// canonically equivalent texts, and its order is not the tables' key order).
+struct ByteText: Hashable, Comparable, Sendable {
+    var text: String
+
+    init(_ text: String) { self.text = text }
+
+    static func == (a: ByteText, b: ByteText) -> Bool { a.text.sameBytes(as: b.text) }
+
+    static func < (a: ByteText, b: ByteText) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(text.utf8.count)
+        for byte in text.utf8 { hasher.combine(byte) }
+    }
+}
+
+/// A pair of texts compared as `ByteText`s, first by the first.
+struct ByteTextPair: Hashable, Comparable, Sendable {
+    var first: ByteText
+    var second: ByteText
+
+    init(_ first: String, _ second: String) {
+        self.first = ByteText(first)
+        self.second = ByteText(second)
+    }
+
+    static func < (a: ByteTextPair, b: ByteTextPair) -> Bool { a.first != b.first ? a.first < b.first : a.second < b.second }
+}
