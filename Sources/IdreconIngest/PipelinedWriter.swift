@@ -8,6 +8,11 @@ import IdreconStore
 /// the bottleneck, and bigger transactions write each page they dirty once. At most
 /// `depth` batches wait; a batch's memory goes once it is in the transaction. The first
 /// failure stops further writes and is rethrown to the submitter.
+///
+/// The projections lag the log by up to `projectionLag` events (write-behind): each
+/// entity is then read and written once per many events. They are caught up when the lag
+/// is reached, when nothing waits and `freshness` has passed since they last were, and in
+/// `finish`; queries see them as of the last catch-up (`stats`: projection lag).
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
@@ -23,14 +28,28 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var committed: (position: Int64, records: Int64)?
 
     private let onCommit: (@Sendable (Int, Double) -> Void)?
+    private let projectionLag: Int
+    private let freshness: Double
+    private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
+    /// Whether a transaction was committed since the projections were last caught up
+    /// (touched on the writer's queue only).
+    private var behind = false
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
-    public init(store: EventStore, depth: Int = 2, transactionRecords: Int, onCommit: (@Sendable (Int, Double) -> Void)? = nil) {
+    public init(
+        store: EventStore, depth: Int = 2, transactionRecords: Int, projectionLag: Int = PipelinedWriter.defaultProjectionLag,
+        freshness: Double = 1, onCommit: (@Sendable (Int, Double) -> Void)? = nil
+    ) {
         self.store = store
         self.onCommit = onCommit
         self.transactionRecords = transactionRecords
+        self.projectionLag = projectionLag
+        self.freshness = freshness
         self.slots = Slots(depth)
     }
+
+    /// Events the projections may lag the log while batches keep coming.
+    public static let defaultProjectionLag = 200_000
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
     public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
@@ -57,7 +76,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         let result: Result<BatchOutcome, StoreError>
         let started = DispatchTime.now().uptimeNanoseconds
         do throws(StoreError) {
-            result = .success(try store.appendBatches { [self] in
+            result = .success(try store.appendBatches(projectionLag: projectionLag) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
                 records += batch.records.count
@@ -66,6 +85,10 @@ public final class PipelinedWriter: @unchecked Sendable {
             })
         } catch {
             result = .failure(error)
+        }
+        if case .success = result {
+            behind = true
+            if lock.withLock({ waiting.isEmpty }) { catchUpIfStale() }
         }
         lock.withLock {
             switch result {
@@ -87,10 +110,39 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// The last committed position (byte offset, records), for progress.
     public var lastCommitted: (position: Int64, records: Int64)? { lock.withLock { committed } }
 
-    /// Waits for every queued batch and returns the total outcome so far; the writer
-    /// stays usable.
+    /// Catches the projections up once nothing waits and `freshness` has passed since they
+    /// last were: a consumer calls this while idle.
+    public func refresh() {
+        queue.async { [self] in
+            if lock.withLock({ waiting.isEmpty }) { catchUpIfStale() }
+        }
+    }
+
+    private func catchUpIfStale() {
+        if behind, Double(DispatchTime.now().uptimeNanoseconds - caughtUpAt) / 1e9 >= freshness { catchUp() }
+    }
+
+    /// Brings the projections up to the log (on the writer's queue); a failure stops the
+    /// writer as a failed append does.
+    private func catchUp() {
+        guard behind, lock.withLock({ failure == nil }) else { return }
+        do throws(StoreError) {
+            try store.catchUpProjections()
+            caughtUpAt = DispatchTime.now().uptimeNanoseconds
+            behind = false
+        } catch {
+            lock.withLock {
+                failure = error
+                for _ in waiting { slots.give() }
+                waiting.removeAll()
+            }
+        }
+    }
+
+    /// Waits for every queued batch, brings the projections up to the log and returns the
+    /// total outcome so far; the writer stays usable.
     public func finish() throws(IngestError) -> BatchOutcome {
-        queue.sync {}
+        queue.sync { catchUp() }
         try check()
         return lock.withLock { outcome }
     }

@@ -160,6 +160,7 @@ public final class KafkaIngestor: @unchecked Sendable {
                     reported = Date()
                 } else if Date().timeIntervalSince(reported) >= 1 {
                     progress(report(rk)) // idle: watermarks and assignment still change
+                    writer.refresh() // and the projections catch up with the log
                     reported = Date()
                 }
                 if options.exitAtEnd, !assigned.isEmpty, assigned.isSubset(of: atEnd), pending.isEmpty { break }

@@ -153,26 +153,42 @@ public final class EventStore: Sendable {
     /// raw append limit only: it leaves the projections behind the log until a replay).
     public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
         try write { db in
-            try Self.append(db, records, positions: positions, updateProjections: updateProjections, forgotten: ForgottenASIDs(db))
+            let outcome = try Self.append(db, records, positions: positions, forgotten: ForgottenASIDs(db))
+            if updateProjections { try ProjectionEngine.catchUpLive(db) }
+            return outcome
         }
     }
 
     /// Appends batches in one transaction, as `append` does each: `next` is called until
     /// it returns nil, and each batch's memory can go as soon as it is in the transaction.
     /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
-    public func appendBatches(_ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?) throws(StoreError) -> BatchOutcome {
+    /// The projections are brought up to the log in the same transaction once they are
+    /// `projectionLag` events behind it (write-behind: see `catchUpProjections`).
+    public func appendBatches(
+        projectionLag: Int = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
+    ) throws(StoreError) -> BatchOutcome {
         try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
             while let batch = next() {
-                total.add(try Self.append(db, batch.records, positions: batch.positions, updateProjections: true, forgotten: forgotten))
+                total.add(try Self.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
+            try ProjectionEngine.catchUpLive(db, ifBehindBy: Int64(projectionLag))
             return total
         }
     }
 
+    /// Brings the projections up to the end of the log, in one transaction; returns the
+    /// events applied. The pipelines append with a projection lag (the fold then reads and
+    /// writes each entity once per many events instead of once per transaction) and call
+    /// this when their source is drained, when idle, and before they stop.
+    @discardableResult
+    public func catchUpProjections() throws(StoreError) -> Int64 {
+        try write { db in try ProjectionEngine.catchUpLive(db) }
+    }
+
     static func append(
-        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool, forgotten: ForgottenASIDs
+        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], forgotten: ForgottenASIDs
     ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
@@ -208,7 +224,6 @@ public final class EventStore: Sendable {
                 eventID, now,
             ])
         }
-        var appended: [ProjectionFact] = []
         var sourceIDs: [String: Int64] = [:]
         func sourceID(_ name: String) throws -> Int64 {
             if let id = sourceIDs[name] { return id }
@@ -245,14 +260,12 @@ public final class EventStore: Sendable {
                 $0.add(source); $0.add(record.origin.position)
             }
             let inserted = db.changesCount == 1
-            let seq = db.lastInsertedRowID
             if let id = record.quarantineID,
                try inserted || String.fetchOne(findEvent, arguments: [event.eventID])?.sameBytes(as: event.canonicalPayload) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
             }
             if inserted {
                 outcome.appended += 1
-                appended.append(ProjectionFact(seq: seq, event: event, columns: columns))
             } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
                 // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
                 // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
@@ -270,10 +283,6 @@ public final class EventStore: Sendable {
             try db.execute(
                 sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                 arguments: [outcome.duplicates])
-        }
-        if updateProjections, let last = appended.last?.seq {
-            try ProjectionEngine.apply(appended, in: ProjectionState.load(db).context(db))
-            try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [last])
         }
         for position in positions { try position.upsert(db) }
         return outcome

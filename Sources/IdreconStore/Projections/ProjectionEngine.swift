@@ -38,6 +38,43 @@ enum ProjectionEngine {
         guard !facts.isEmpty else { return }
         for projection in projections { try projection.apply(facts, in: context) }
     }
+
+    /// Events folded per `apply` when catching up: the fold reads and writes each touched
+    /// entity once per chunk, so bigger chunks write fewer rows per event (a device seen
+    /// six times in a chunk is written once); the chunk's facts are held in memory.
+    static let catchUpChunk = 200_000
+
+    /// Applies the logged events after `cursor` to `tables`, in chunks of `catchUpChunk`
+    /// in log order; returns the last sequence number applied (`cursor` when none) and the
+    /// events applied. A chunk's refolds see the log up to the chunk's end only.
+    static func catchUp(
+        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64
+    ) throws -> (cursor: Int64, events: Int64) {
+        var cursor = cursor, events: Int64 = 0
+        let read = try BulkStatement(cached: db, """
+            SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT \(catchUpChunk)
+            """)
+        while true {
+            var facts: [ProjectionFact] = []
+            try read.each({ $0.add(cursor) }) { facts.append(ProjectionFact($0)) }
+            guard let last = facts.last?.seq else { return (cursor, events) }
+            try apply(facts, in: ProjectionContext(db: db, tables: tables, config: config, visibleSeq: last))
+            cursor = last
+            events += Int64(facts.count)
+        }
+    }
+
+    /// Brings the live projections up to the end of the log when they are at least
+    /// `minimum` events behind it (at least one). Returns the events applied.
+    @discardableResult
+    static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64 = 1) throws -> Int64 {
+        let state = try ProjectionState.load(db)
+        let lastSeq = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0
+        guard lastSeq - state.appliedSeq >= max(1, minimum) else { return 0 }
+        let (applied, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq)
+        try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [applied])
+        return events
+    }
 }
 
 /// Where the projections of one transaction are read and written: a generation's tables

@@ -49,6 +49,8 @@ extension EventStore {
     private func rebuild(
         config newConfig: IdentityConfig?, verifyOnly: Bool, partitionSize: Int, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
+        // The live projections, caught up first, are what the rebuilt ones are compared with.
+        try pool.write { db in _ = try ProjectionEngine.catchUpLive(db) }
         var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
         for snapshot in [snapshots!.0, snapshots!.1] {
             // The scan reads each page once: a big page cache would only cost memory.
@@ -89,27 +91,22 @@ extension EventStore {
                 try tables.drop(db, erasing: true) // folded from events a forget has since scrubbed
                 return nil
             }
-            var cursor = seen.lastSeq
-            var done = total
-            while true {
-                var facts: [ProjectionFact] = []
-                try BulkStatement(cached: db, """
-                    SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT 10000
-                    """).each({ $0.add(cursor) }) { facts.append(ProjectionFact($0)) }
-                guard let last = facts.last?.seq else { break }
-                // Device refolds must not see events of later chunks.
-                try ProjectionEngine.apply(facts, in: ProjectionContext(db: db, tables: tables, config: config, visibleSeq: last))
-                cursor = last
-                done += Int64(facts.count)
-            }
+            let (cursor, caughtUpEvents) = try ProjectionEngine.catchUp(db, tables: tables, config: config, after: seen.lastSeq)
+            let done = total + caughtUpEvents
+            // A writer's write-behind may have left the live projections behind the log:
+            // they are compared as they are once caught up.
+            let liveLagged = try ProjectionEngine.catchUpLive(db) > 0
             let state = try ProjectionState.load(db)
             // What changed since the digests above is digested again. The live tables cannot
             // change while this transaction holds the write lock, so a reader digests them
-            // on the other core.
+            // on the other core (unless this transaction changed them).
             let caughtUp = cursor != seen.lastSeq
-            let (rest, liveNow) = try concurrently(
-                { try Self.digests(db, tables: tables, names: caughtUp ? ProjectionTables.names : ProjectionTables.names.filter { loaded[$0] == nil }) },
-                { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: ProjectionTables.names) })
+            let rebuiltNames = caughtUp ? ProjectionTables.names : ProjectionTables.names.filter { loaded[$0] == nil }
+            let (rest, liveNow) = liveLagged
+                ? (try Self.digests(db, tables: tables, names: rebuiltNames), try Self.digests(db, tables: state.tables))
+                : try concurrently(
+                    { try Self.digests(db, tables: tables, names: rebuiltNames) },
+                    { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: ProjectionTables.names) })
             let rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
             var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: liveNow, swapped: false)
             if verifyOnly {
