@@ -4,23 +4,41 @@
 Usage: tools/bench.py [--events N] [--quick]
 Prints a table and writes .bench/results.json (and results-N.json). Needs release builds of idrecon,
 idrecon-gen and idrecon-bench (the Makefile's bench target builds them)."""
-import argparse, json, math, os, platform, re, signal, sqlite3, statistics, subprocess, sys, time
+import argparse, json, math, os, platform, re, signal, sqlite3, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, ".build", "release")
 OUT = os.path.join(ROOT, ".bench")
 
 
+WRITTEN = {}  # bytes each measured process wrote to storage, by name
+
+
+def reap(name, proc):
+    """Waits for proc; returns (exit code, peak RSS MB) and records the bytes it wrote to storage:
+    the kernel's per-task I/O accounting (`write_bytes` of /proc/PID/io, which getrusage reports as
+    ru_oublock 512-byte blocks), so SQLite's WAL writes and checkpoints are all counted."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    WRITTEN[name] = usage.ru_oublock * 512
+    return proc.returncode, usage.ru_maxrss / 1024
+
+
 def timed(name, cmd, **kw):
-    """Runs cmd under /usr/bin/time; returns (wall seconds, peak RSS MB, stdout)."""
-    tfile = os.path.join(OUT, name + ".time")
+    """Runs cmd; returns (wall seconds, peak RSS MB, stdout, stderr)."""
     start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tfile] + cmd, capture_output=True, text=True, **kw)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    errors = []
+    reader = threading.Thread(target=lambda: errors.append(p.stderr.read()))  # both pipes drain: no deadlock
+    reader.start()
+    out = p.stdout.read()
+    reader.join()
+    err = errors[0]
+    code, rss = reap(name, p)
     wall = time.monotonic() - start
-    if p.returncode != 0:
-        sys.exit(f"{name} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
-    rss = int(open(tfile).read().split()[-1]) / 1024
-    return wall, rss, p.stdout, p.stderr
+    if code != 0:
+        sys.exit(f"{name} failed ({code}): {err.strip()[-2000:]}")
+    return wall, rss, out, err
 
 
 def consumed_records(path):
@@ -99,7 +117,7 @@ def main():
     r["consume_rss_mb"] = int(hwm.group(1)) / 1024
     producer.wait()
     consumer.send_signal(signal.SIGTERM)
-    if consumer.wait() != 0:
+    if reap("consume", consumer)[0] != 0:
         sys.exit("consume did not exit 0 on SIGTERM")
     broker.send_signal(signal.SIGTERM)
     broker.wait()
@@ -108,6 +126,24 @@ def main():
     wall, rss, _, err = timed("replay", [os.path.join(BIN, "idrecon"), "replay", "--db", db("ingest"), "--format", "json"])
     m = re.search(r"(\d+) events in ([\d.]+) s", err)
     r["replay_eps"], r["replay_rss_mb"] = int(m.group(1)) / float(m.group(2)), rss
+
+    print("DuckDB contender (the four exports from the accepted events, exported once) ...", file=sys.stderr)
+    accepted = os.path.join(OUT, f"accepted-{n}.jsonl")
+    with sqlite3.connect(f"file:{db('ingest')}?mode=ro", uri=True) as conn, open(accepted, "w") as f:
+        for (payload,) in conn.execute("SELECT payload FROM events ORDER BY seq"):
+            f.write(payload + "\n")
+    duck_out = os.path.join(OUT, "duckdb")
+    _, rss, out, _ = timed("duckdb", ["python3", os.path.join(ROOT, "tools", "duckdb_contender.py"), accepted, duck_out])
+    duck = json.loads(out)
+    r["duckdb_eps"], r["duckdb_rss_mb"] = duck["events"] / duck["seconds"], rss
+    r["duckdb_exports_equal"] = {}
+    for kind in ("devices", "identities", "friends", "access"):
+        ours = idrecon("export", kind, "--db", db("ingest"), "--format", "json").stdout.splitlines()
+        with open(os.path.join(duck_out, kind + ".jsonl")) as f:
+            theirs = f.read().splitlines()
+        r["duckdb_exports_equal"][kind] = [json.loads(l) for l in ours] == [json.loads(l) for l in theirs]
+    if not all(r["duckdb_exports_equal"].values()):
+        print(f"warning: DuckDB's exports differ from idrecon's: {r['duckdb_exports_equal']}", file=sys.stderr)
 
     print("query latency (whole command, median of 20) ...", file=sys.stderr)
     ident = next(l for l in idrecon("export", "identities", "--db", db("ingest")).stdout.splitlines()
@@ -145,9 +181,12 @@ def main():
     r["audit_calls_per_s"] = n / (time.monotonic() - start)
     r["audit_rss_mb"] = int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
 
+    for name in ("baseline", "ingest", "consume", "replay"):
+        r[f"{name}_written_bytes_per_event"] = WRITTEN[name] / n
     r["ingest_over_baseline"] = r["ingest_eps"] / r["baseline_eps"]
     r["ingest_over_raw_append"] = r["ingest_eps"] / r["raw_append_eps"]
     r["consume_over_ingest"] = r["consume_eps"] / r["ingest_eps"]
+    r["replay_over_duckdb"] = r["replay_eps"] / r["duckdb_eps"]
     for name in ("results.json", f"results-{n}.json"):  # the latest, and the latest at this size
         json.dump(r, open(os.path.join(OUT, name), "w"), indent=2)
 
@@ -157,14 +196,19 @@ def main():
         ("idrecon ingest (projections on)", f"{r['ingest_eps']:,.0f} ev/s", f"{r['ingest_rss_mb']:.0f} MB"),
         ("idrecon consume (embedded cluster)", f"{r['consume_eps']:,.0f} ev/s", f"{r['consume_rss_mb']:.0f} MB"),
         ("idrecon replay", f"{r['replay_eps']:,.0f} ev/s", f"{r['replay_rss_mb']:.0f} MB"),
+        ("DuckDB: four exports from accepted events", f"{r['duckdb_eps']:,.0f} ev/s", f"{r['duckdb_rss_mb']:.0f} MB"),
         ("idrecon audit calls --strict", f"{r['audit_calls_per_s']:,.0f} calls/s", f"{r['audit_rss_mb']:.0f} MB"),
         ("user (median of 20)", f"{r['user_ms']:.1f} ms", ""),
         ("access --as-of (median of 20)", f"{r['access_as_of_ms']:.1f} ms", ""),
         ("explain (median of 20)", f"{r['explain_ms']:.1f} ms", ""),
         ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
+        *[(f"disk bytes written: {name}", f"{r[f'{name}_written_bytes_per_event']:,.0f} B/event", "")
+          for name in ("baseline", "ingest", "consume", "replay")],
         ("ingest / baseline", f"{r['ingest_over_baseline']:.2f}x", ""),
         ("ingest / raw append", f"{r['ingest_over_raw_append']:.2f}x", ""),
         ("consume / ingest", f"{r['consume_over_ingest']:.2f}x", ""),
+        ("replay / DuckDB", f"{r['replay_over_duckdb']:.2f}x", ""),
+        ("DuckDB exports equal idrecon's", " ".join(k for k, v in r["duckdb_exports_equal"].items() if v) or "none", ""),
     ]
     print(f"\n{n:,} events ({lines:,} lines) on {r['machine']}")
     print(f"| {'measure':<40} | {'value':>16} | {'peak RSS':>8} |\n|{'-'*42}|{'-'*18}|{'-'*10}|")
