@@ -78,11 +78,12 @@ enum FriendsProjection: Projection {
 
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
         var mentions: [ByteText: EventKey] = [:]
-        var byASID: [ByteText: [ProjectionFact]] = [:]
+        var byASID: [ByteText: [(key: EventKey, friends: [String]?, declines: Bool)]] = [:]
         for fact in facts where fact.type == .login {
             guard let asid = fact.asid, fact.friends != nil || fact.declinesFriends else { continue }
-            byASID[ByteText(asid), default: []].append(fact)
-            for friend in fact.friends ?? [] { lower(&mentions, friend, to: fact.key) }
+            let friends = fact.friends.map(StoredFriendList.split)
+            byASID[ByteText(asid), default: []].append((fact.key, friends, fact.declinesFriends))
+            for friend in friends ?? [] { lower(&mentions, friend, to: fact.key) }
         }
         guard !byASID.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
@@ -93,8 +94,8 @@ enum FriendsProjection: Projection {
             var snapshot = stored ?? FriendSnapshot()
             let before = snapshot.effective
             var changed = false
-            for fact in list {
-                changed = snapshot.apply(key: fact.key, friends: fact.friends, declinesFriends: fact.declinesFriends) || changed
+            for login in list {
+                changed = snapshot.apply(key: login.key, friends: login.friends, declinesFriends: login.declines) || changed
             }
             guard changed else { continue }
             try rows.write(asid, snapshot, stored: stored != nil)

@@ -97,8 +97,8 @@ struct ProjectionContext {
     }
 }
 
-/// What the projections need of one logged event; read from the event or from the
-/// `events` columns (replay never re-parses payloads).
+/// What the projections need of one logged event, read from the `events` columns (no
+/// payload is parsed again).
 struct ProjectionFact: Sendable {
     var seq: Int64
     var key: EventKey
@@ -109,22 +109,10 @@ struct ProjectionFact: Sendable {
     var asid: String?
     var linkEmail: String?
     var linkTFB: String?
-    var friends: [String]?
+    /// The friend list as logged (ASIDs joined by ','; `StoredFriendList`), nil when absent:
+    /// split only where it is used, so that a catch-up chunk's facts stay small.
+    var friends: String?
     var declinesFriends: Bool
-
-    init(seq: Int64, event e: LoginEvent, columns c: EventColumns) {
-        self.seq = seq
-        key = EventKey(at: e.occurredAt, eventID: e.eventID)
-        appID = e.appID
-        deviceID = e.deviceID
-        type = e.type
-        tracking = e.type == .login ? e.tracking : nil
-        asid = e.asid
-        linkEmail = c.linkEmail
-        linkTFB = c.linkTFB
-        friends = e.type == .login ? e.friendASIDs : nil
-        declinesFriends = c.declinesFriends
-    }
 
     /// Reads the columns `selectColumns` names, in that order.
     init(_ row: BulkStatement.Reader) {
@@ -137,7 +125,7 @@ struct ProjectionFact: Sendable {
         asid = row.optionalString(7)
         linkEmail = row.optionalString(8)
         linkTFB = row.optionalString(9)
-        friends = row.optionalString(10).map(StoredFriendList.split)
+        friends = row.optionalString(10)
         declinesFriends = row.int(11) == 1
     }
 
