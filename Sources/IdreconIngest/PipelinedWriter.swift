@@ -11,8 +11,9 @@ import IdreconStore
 ///
 /// The projections lag the log by up to `projectionLag` events (write-behind): each
 /// entity is then read and written once per many events. They are caught up when the lag
-/// is reached, when nothing waits and `freshness` has passed since they last were, and in
-/// `finish`; queries see them as of the last catch-up (`stats`: projection lag).
+/// is reached, `staleness` after they last were while batches keep coming, on `refresh`
+/// (a consumer calls it when idle), and in `finish`; queries see them as of the last
+/// catch-up (`stats`: projection_lag_events).
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
@@ -29,7 +30,7 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     private let onCommit: (@Sendable (Int, Double) -> Void)?
     private let projectionLag: Int
-    private let freshness: Double
+    private let staleness: Double
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
     /// Whether a transaction was committed since the projections were last caught up
     /// (touched on the writer's queue only).
@@ -38,13 +39,13 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// `onCommit` is called after each committed transaction with its records and seconds.
     public init(
         store: EventStore, depth: Int = 2, transactionRecords: Int, projectionLag: Int = PipelinedWriter.defaultProjectionLag,
-        freshness: Double = 1, onCommit: (@Sendable (Int, Double) -> Void)? = nil
+        staleness: Double = 10, onCommit: (@Sendable (Int, Double) -> Void)? = nil
     ) {
         self.store = store
         self.onCommit = onCommit
         self.transactionRecords = transactionRecords
         self.projectionLag = projectionLag
-        self.freshness = freshness
+        self.staleness = staleness
         self.slots = Slots(depth)
     }
 
@@ -88,7 +89,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         }
         if case .success = result {
             behind = true
-            if lock.withLock({ waiting.isEmpty }) { catchUpIfStale() }
+            if secondsSinceCaughtUp >= staleness { catchUp() }
         }
         lock.withLock {
             switch result {
@@ -110,17 +111,15 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// The last committed position (byte offset, records), for progress.
     public var lastCommitted: (position: Int64, records: Int64)? { lock.withLock { committed } }
 
-    /// Catches the projections up once nothing waits and `freshness` has passed since they
-    /// last were: a consumer calls this while idle.
+    /// Catches the projections up when nothing waits: a consumer calls this when no record
+    /// arrived for a while.
     public func refresh() {
         queue.async { [self] in
-            if lock.withLock({ waiting.isEmpty }) { catchUpIfStale() }
+            if lock.withLock({ waiting.isEmpty }) { catchUp() }
         }
     }
 
-    private func catchUpIfStale() {
-        if behind, Double(DispatchTime.now().uptimeNanoseconds - caughtUpAt) / 1e9 >= freshness { catchUp() }
-    }
+    private var secondsSinceCaughtUp: Double { Double(DispatchTime.now().uptimeNanoseconds - caughtUpAt) / 1e9 }
 
     /// Brings the projections up to the log (on the writer's queue); a failure stops the
     /// writer as a failed append does.

@@ -19,7 +19,11 @@ struct StatsCommand: AsyncParsableCommand {
 
     func run() async throws {
         let stats: LogStats
-        do { stats = try EventStore(path: global.databasePath, readOnly: true).stats() } catch { throw CLIError(error.description) }
+        let log: (lastSeq: Int64, appliedSeq: Int64, bytes: Int64)
+        do {
+            let store = try EventStore(path: global.databasePath, readOnly: true)
+            (stats, log) = (try store.stats(), try store.logPosition())
+        } catch { throw CLIError(error.description) }
         var rows: [(String, Cell)] = [
             ("events", .int(Int64(stats.events))), ("logins", .int(Int64(stats.logins))),
             ("logouts", .int(Int64(stats.logouts))), ("logins.enabled", .int(Int64(stats.enabledLogins))),
@@ -33,6 +37,8 @@ struct StatsCommand: AsyncParsableCommand {
             ("last_event_at", .text(stats.lastEventAt.map(Timestamp.format))),
             ("database_bytes", .int(stats.databaseBytes)),
             ("skipped_records", .int(stats.skippedRecords)),
+            // Logged events the projections have not folded yet (a writer's write-behind).
+            ("projection_lag_events", .int(max(0, log.lastSeq - log.appliedSeq))),
         ]
         rows += stats.positions.map { ("position.\($0.source)", .int($0.position)) }
         if let brokers {
