@@ -29,12 +29,29 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
             ]
         ),
-        // SQLite event log, quarantine and consumed positions (GRDB).
+        // The log: events, quarantine, consumed positions, migrations, SQLite's C API for the hot paths (GRDB).
         .target(
-            name: "IdreconStore",
+            name: "IdreconLog",
             dependencies: [
                 "IdreconDomain", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
+        ),
+        // The projection engine: one file per projection, live folds and replay's bulk load.
+        .target(
+            name: "IdreconProjections",
+            dependencies: [
+                "IdreconDomain", "IdreconLog", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The store callers use (`EventStore`: open, append, replay) and the read side: queries,
+        // exports, audit, erasure, backup.
+        .target(
+            name: "IdreconStore",
+            dependencies: [
+                "IdreconDomain", "IdreconLog", "IdreconProjections", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // Reading sources (JSON lines files) in batches into the store.
@@ -105,7 +122,7 @@ let package = Package(
         .testTarget(
             name: "IdreconStoreTests",
             dependencies: [
-                "IdreconStore", "IdreconIngest", "EventGenerator",
+                "IdreconStore", "IdreconProjections", "IdreconIngest", "EventGenerator",
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

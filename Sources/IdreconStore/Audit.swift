@@ -1,5 +1,6 @@
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// One Graph-API call to judge: who was called, and when.
 public struct GraphCall: Sendable {

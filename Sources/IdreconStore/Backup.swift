@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import IdreconProjections
 
 extension EventStore {
     /// Copies the database to `destination` while writers keep running: SQLite's online
@@ -26,7 +27,7 @@ extension EventStore {
             throw error
         } catch {
             for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: partial + suffix) }
-            throw StoreError("backup of \(path) to \(destination) failed: \(Self.describe(error))")
+            throw StoreError("backup of \(path) to \(destination) failed: \(StoreError.describe(error))")
         }
         return ((try? FileManager.default.attributesOfItem(atPath: destination)[.size]) as? Int64) ?? 0
     }

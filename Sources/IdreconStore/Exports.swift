@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// What `export` can write; field sets and sort orders are SPEC section 5's.
 public enum ExportKind: String, CaseIterable, Sendable {
@@ -75,30 +76,8 @@ extension EventStore {
         }
     }
 
-    /// SHA-256 of each projection table's (of `names`) full contents, in key order.
-    static func digests(_ db: Database, tables: ProjectionTables, names: [String] = ProjectionTables.names) throws -> [String: String] {
-        var result: [String: String] = [:]
-        for name in names {
-            let table = tables.generation == 0 ? name : "\(name)_g\(tables.generation)"
-            let order = ProjectionTables.primaryKeys[name]!
-            var hasher = SHA256()
-            var line: [UInt8] = []
-            try BulkStatement(db, "SELECT * FROM \(table) ORDER BY \(order)").each { r in
-                line.removeAll(keepingCapacity: true)
-                for column in 0..<r.columnCount {
-                    r.appendCanonical(column, to: &line)
-                    line.append(0x09)
-                }
-                line.append(0x0A)
-                hasher.update(data: line)
-            }
-            result[name] = LinkKey.hex(hasher.finalize())
-        }
-        return result
-    }
-
     /// Digests of the live projections.
     public func projectionDigests() throws(StoreError) -> [String: String] {
-        try read { db in try Self.digests(db, tables: .views) }
+        try read { db in try ProjectionTables.digests(db, tables: .views) }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// What `forget` erased.
 public struct ForgetReport: Sendable {
@@ -103,7 +104,7 @@ extension EventStore {
                 try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
         } catch {
-            throw StoreError("forget: compacting \(path) failed: \(Self.describe(error))")
+            throw StoreError("forget: compacting \(path) failed: \(StoreError.describe(error))")
         }
         return ForgetReport(asid: asid, events: events, quarantined: quarantined, replay: replay)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import IdreconProjections
 
 /// The Kafka cluster and consumer group whose offsets a database stores for a topic.
 public struct KafkaBinding: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {

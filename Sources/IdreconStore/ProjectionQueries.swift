@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// One device as the devices projection holds it.
 public struct DeviceRecord: Sendable, Equatable, Codable {

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// Counts over the whole log, for `idrecon stats`.
 public struct LogStats: Sendable, Codable, Equatable {

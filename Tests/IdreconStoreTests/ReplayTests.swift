@@ -1,6 +1,7 @@
 import Foundation
 import IdreconDomain
 @testable import IdreconStore
+import IdreconProjections
 import Testing
 
 @Suite struct ReplayTests {

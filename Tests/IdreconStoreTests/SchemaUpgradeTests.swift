@@ -50,7 +50,7 @@ import Testing
     /// (a new reason code, a projection column) would silently change what they create.
     @Test func migrationsDependOnNoApplicationType() throws {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Sources/IdreconStore/Schema.swift")
+            .deletingLastPathComponent().appendingPathComponent("Sources/IdreconLog/Schema.swift")
         let text = try String(contentsOf: source, encoding: .utf8)
         for name in ["ReasonCode", "ProjectionTables", "IdentityConfig", "JSONEncoder", "allCases", "\\("] {
             #expect(!text.contains(name), "Schema.swift uses \(name)")

@@ -10,13 +10,13 @@ import Darwin
 /// Never the database file itself: closing any descriptor of a file drops every POSIX lock
 /// the process holds on it, and SQLite's locks are POSIX locks (SQLite's "How To Corrupt An
 /// SQLite Database File", §2.2). A sidecar is a different file, so closing it is harmless.
-final class LockFile {
+package final class LockFile {
     private let descriptor: Int32
     let path: String
 
     /// Opens (creating) `<databasePath>.<name>` and takes the lock, calling `waiting` first
     /// when another process holds it.
-    init(databasePath: String, name: String, waiting: () -> Void = {}) throws(StoreError) {
+    package init(databasePath: String, name: String, waiting: () -> Void = {}) throws(StoreError) {
         path = databasePath + "." + name
         var fd: Int32
         repeat { fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) } while fd < 0 && errno == EINTR

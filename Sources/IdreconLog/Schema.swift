@@ -5,8 +5,8 @@ import IdreconDomain
 /// Append-only, named migrations. Never edit a shipped migration; add a new one. Each is
 /// literal SQL that depends on nothing of today's code (reason codes, projection tables,
 /// configuration types): a database made by any release upgrades the same way.
-enum Schema {
-    static var migrator: DatabaseMigrator {
+package enum Schema {
+    package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-event-log") { db in
             try db.execute(sql: """

@@ -1,6 +1,7 @@
 import Dispatch
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// Builds every projection of a new generation from a snapshot of the log in bulk: the
 /// log is scanned once, two threads each scanning half; a log larger than one partition
@@ -11,15 +12,19 @@ import IdreconDomain
 /// folds and the row writers are the projections' own (`DevicesProjection.Fold`,
 /// `IdentitiesProjection.Fold`, `FriendSnapshot`, their `Rows`), the ones the live path
 /// applies each transaction with, so both give the same tables.
-struct ProjectionBuilder {
+package struct ProjectionBuilder {
     let tables: ProjectionTables
     let config: IdentityConfig
     /// Events per partition: a partition's facts are held in memory while folded.
     let partitionSize: Int
 
+    package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int) {
+        (self.tables, self.config, self.partitionSize) = (tables, config, partitionSize)
+    }
+
     /// The facts of a snapshot of the log, scanned: in memory when they fit one partition,
     /// otherwise spilled to a file per partition.
-    enum ScannedFacts {
+    package enum ScannedFacts {
         /// Held in a box so that taking them leaves no second reference behind (the
         /// devices are sorted in place).
         case inMemory(Handoff<(Facts, otherDevices: [DeviceRow])>)
@@ -30,7 +35,7 @@ struct ProjectionBuilder {
     /// the sequence range, once. With more than one partition each half spills its facts
     /// to a file per partition in `spillDirectory`. The snapshots are not needed after
     /// this: releasing them lets the database checkpoint while `load` writes.
-    func scan(
+    package func scan(
         _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String
     ) throws -> ScannedFacts {
         let partitions = Int(max(1, (events + Int64(partitionSize) - 1) / Int64(partitionSize)))
@@ -53,7 +58,7 @@ struct ProjectionBuilder {
     /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
     /// mentions of the scanned events, one partition after the other. `progress` gets the
     /// events folded so far.
-    func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
+    package func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
         switch consume scanned {
         case .inMemory(let box):
             var (facts, otherDevices) = box.take()
@@ -97,7 +102,7 @@ struct ProjectionBuilder {
 
     /// After `load`: builds the secondary indexes, counts the link keys and assigns every
     /// ASID its identity (`user_id`) from the connected components over linking keys.
-    func finish(_ db: Database) throws {
+    package func finish(_ db: Database) throws {
         try tables.createIndexes(db)
         try IdentitiesProjection.finishBulk(db, tables, config: config)
     }
@@ -105,7 +110,7 @@ struct ProjectionBuilder {
     // MARK: Scanning and folding
 
     /// One logged event as a device sees it.
-    struct DeviceRow {
+    package struct DeviceRow {
         var hash: Int64
         var app: String
         var device: String
@@ -114,7 +119,7 @@ struct ProjectionBuilder {
 
     /// Everything the projections keep of one ASID's logins: the identity fold and the
     /// friend snapshot, both independent of the order logins are added in.
-    struct ASIDAggregate {
+    package struct ASIDAggregate {
         var identity: IdentitiesProjection.Fold
         var snapshot = FriendSnapshot()
         var hasSnapshot = false
@@ -132,7 +137,7 @@ struct ProjectionBuilder {
     }
 
     /// One logged login as its ASID sees it.
-    struct LoginRow {
+    package struct LoginRow {
         var asid: String
         var key: EventKey
         var email: String?
@@ -143,7 +148,7 @@ struct ProjectionBuilder {
     }
 
     /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
-    struct Facts {
+    package struct Facts {
         var devices: [DeviceRow] = []
         var asids: [ByteText: ASIDAggregate] = [:]
         var mentions: [ByteText: EventKey] = [:]
@@ -196,7 +201,7 @@ struct ProjectionBuilder {
     /// The facts of the events in a range of the log, spilled to a file per partition
     /// (devices by `device_key`, logins by `asid_key`) for `Facts` to take back one
     /// partition at a time.
-    final class SpilledFacts: @unchecked Sendable {
+    package final class SpilledFacts: @unchecked Sendable {
         // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
@@ -327,19 +332,19 @@ typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
 
 /// The elements of `array`, leaving it empty: the result is the only reference to them, so
 /// it can be sorted in place.
-func takeAll<T>(_ array: inout [T]) -> [T] {
+package func takeAll<T>(_ array: inout [T]) -> [T] {
     defer { array = [] }
     return array
 }
 
 /// A value taken out once, leaving no reference behind: what takes it (another thread, or
 /// a later step) owns it alone and can mutate it in place or release it.
-final class Handoff<T>: @unchecked Sendable {
+package final class Handoff<T>: @unchecked Sendable {
     private var value: T?
 
-    init(_ value: T) { self.value = value }
+    package init(_ value: T) { self.value = value }
 
-    func take() -> T {
+    package func take() -> T {
         defer { value = nil }
         return value!
     }
@@ -360,7 +365,7 @@ private struct PartitionOutput {
 
 /// Runs `a` on the calling thread (so it may use the caller's database connection) while
 /// `b` runs on another thread; returns both results.
-func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
+package func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
     let other = Background(b)
     let resultA = Result { try a() }
     let resultB = other.result()
@@ -368,11 +373,11 @@ func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws -> B) thro
 }
 
 /// Work started on another thread; `result()` waits for it.
-final class Background<T>: @unchecked Sendable {
+package final class Background<T>: @unchecked Sendable {
     private var outcome: Result<T, any Error>?
     private let finished = DispatchSemaphore(value: 0)
 
-    init(_ work: @escaping () throws -> T) {
+    package init(_ work: @escaping () throws -> T) {
         let work = UncheckedWork(run: work)
         DispatchQueue.global().async {
             self.outcome = Result { try work.run() }
@@ -381,7 +386,7 @@ final class Background<T>: @unchecked Sendable {
     }
 
     /// Waits for the work to finish.
-    func result() -> Result<T, any Error> {
+    package func result() -> Result<T, any Error> {
         finished.wait()
         defer { finished.signal() } // for the next caller
         return outcome!

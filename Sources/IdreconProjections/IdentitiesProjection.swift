@@ -1,5 +1,6 @@
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// Identities (SPEC section 4): every ASID's earliest login and `user_id` (`asids`), the
 /// link keys each ASID logged in with (`asid_keys`), and how many ASIDs share each key and

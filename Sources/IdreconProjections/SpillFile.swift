@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import IdreconLog
 
 /// A temporary file of records, written once and then read back in order: how the bulk
 /// replay hands one scan's facts to the partitions that fold them. The file is unlinked

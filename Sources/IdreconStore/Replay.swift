@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconProjections
 
 /// The result of rebuilding the projections from the log.
 public struct ReplayReport: Sendable {
@@ -41,7 +42,7 @@ extension EventStore {
         } catch let error as StoreError {
             throw error
         } catch {
-            throw StoreError("replay failed on \(path): \(Self.describe(error))")
+            throw StoreError("replay failed on \(path): \(StoreError.describe(error))")
         }
     }
 
@@ -77,7 +78,7 @@ extension EventStore {
         // transaction would keep the WAL from being checkpointed).
         let held = Handoff(snapshots!.0)
         snapshots = nil
-        let liveDigests = Background { try held.take().read { db in try Self.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
+        let liveDigests = Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
         let liveAtSnapshot = try liveDigests.result().get()
         let (_, loaded) = try concurrently(
@@ -103,9 +104,9 @@ extension EventStore {
             let caughtUp = cursor != seen.lastSeq
             let rebuiltNames = caughtUp ? ProjectionTables.names : ProjectionTables.names.filter { loaded[$0] == nil }
             let (rest, liveNow) = liveLagged
-                ? (try Self.digests(db, tables: tables, names: rebuiltNames), try Self.digests(db, tables: state.tables))
+                ? (try ProjectionTables.digests(db, tables: tables, names: rebuiltNames), try ProjectionTables.digests(db, tables: state.tables))
                 : try concurrently(
-                    { try Self.digests(db, tables: tables, names: rebuiltNames) },
+                    { try ProjectionTables.digests(db, tables: tables, names: rebuiltNames) },
                     { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: ProjectionTables.names) })
             let rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
             var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: liveNow, swapped: false)
@@ -132,7 +133,7 @@ extension EventStore {
         try pool.read { reader in
             try reader.execute(sql: "PRAGMA cache_size = -4096")
             defer { try? reader.execute(sql: "PRAGMA cache_size = -65536") }
-            return try Self.digests(reader, tables: tables, names: names)
+            return try ProjectionTables.digests(reader, tables: tables, names: names)
         }
     }
 }

@@ -1,5 +1,6 @@
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// One projection of the log. A conforming type owns its tables (DDL, secondary indexes,
 /// the order digests read them in, binding and decoding of their rows) and its fold. The
@@ -9,7 +10,7 @@ import IdreconDomain
 /// Adding a projection is one file conforming to this protocol plus its entry in
 /// `ProjectionEngine.projections`. The folds work on `ProjectionFact`s and domain types;
 /// only the table layer of each file speaks SQL, so a second store can implement it.
-protocol Projection {
+protocol Projection: Sendable {
     /// The projection's tables (reader-view names) with their primary-key columns, in the
     /// order digests read rows in.
     static var tables: [(name: String, primaryKey: String)] { get }
@@ -25,7 +26,7 @@ protocol Projection {
 
 /// The registered projections, applied in this order (identities before friends: nothing
 /// depends on the order today, but it is fixed so that the writes are).
-enum ProjectionEngine {
+package enum ProjectionEngine {
     static let projections: [any Projection.Type] = [DevicesProjection.self, IdentitiesProjection.self, FriendsProjection.self]
 
     static let tableNames: [String] = projections.flatMap { $0.tables.map(\.name) }
@@ -47,7 +48,7 @@ enum ProjectionEngine {
     /// Applies the logged events after `cursor` to `tables`, in chunks of `catchUpChunk`
     /// in log order; returns the last sequence number applied (`cursor` when none) and the
     /// events applied. A chunk's refolds see the log up to the chunk's end only.
-    static func catchUp(
+    package static func catchUp(
         _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64
     ) throws -> (cursor: Int64, events: Int64) {
         var cursor = cursor, events: Int64 = 0
@@ -67,7 +68,7 @@ enum ProjectionEngine {
     /// Brings the live projections up to the end of the log when they are at least
     /// `minimum` events behind it (at least one). Returns the events applied.
     @discardableResult
-    static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64 = 1) throws -> Int64 {
+    package static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64 = 1) throws -> Int64 {
         let state = try ProjectionState.load(db)
         let lastSeq = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0
         guard lastSeq - state.appliedSeq >= max(1, minimum) else { return 0 }
@@ -99,7 +100,7 @@ struct ProjectionContext {
 
 /// What the projections need of one logged event, read from the `events` columns (no
 /// payload is parsed again).
-struct ProjectionFact: Sendable {
+package struct ProjectionFact: Sendable {
     var seq: Int64
     var key: EventKey
     var appID: String
@@ -134,39 +135,19 @@ struct ProjectionFact: Sendable {
     var deviceFact: DeviceFact { DeviceFact(key: key, type: type, tracking: tracking, asid: asid) }
 }
 
-/// The derived columns of `events` for one event.
-struct EventColumns {
-    var deviceKey: Int64
-    var asidKey: Int64?
-    var linkEmail: String?
-    var linkTFB: String?
-    var friends: String?
-    var declinesFriends: Bool
-
-    init(_ e: LoginEvent) {
-        deviceKey = StableHash.key(e.appID, e.deviceID)
-        asidKey = e.asid.map { StableHash.key($0) }
-        let login = e.type == .login
-        linkEmail = login ? e.email.map(LinkKey.email) : nil
-        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
-        friends = login ? e.friendASIDs?.joined(separator: ",") : nil
-        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
-    }
-}
-
 /// Text as a key of the projections' in-memory grouping: equal and ordered by its UTF-8
 /// bytes, as SQLite's BINARY collation orders the tables (Swift's `String` would merge
 /// canonically equivalent texts, and its order is not the tables' key order).
-struct ByteText: Hashable, Comparable, Sendable {
-    var text: String
+package struct ByteText: Hashable, Comparable, Sendable {
+    package var text: String
 
-    init(_ text: String) { self.text = text }
+    package init(_ text: String) { self.text = text }
 
-    static func == (a: ByteText, b: ByteText) -> Bool { a.text.sameBytes(as: b.text) }
+    package static func == (a: ByteText, b: ByteText) -> Bool { a.text.sameBytes(as: b.text) }
 
-    static func < (a: ByteText, b: ByteText) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
+    package static func < (a: ByteText, b: ByteText) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
 
-    func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         hasher.combine(text.utf8.count)
         for byte in text.utf8 { hasher.combine(byte) }
     }

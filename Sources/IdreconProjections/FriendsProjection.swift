@@ -1,5 +1,6 @@
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// The friend graph (SPEC section 4): each ASID's latest friend list and its latest
 /// decline of `user_friends` (`friend_snapshots`, a `FriendSnapshot` folds logins in any

@@ -6,25 +6,25 @@ import GRDBSQLite
 /// A prepared statement driven through SQLite's C API, for the bulk paths (replay's scan
 /// and loads) where GRDB's per-row argument arrays and `Row` boxing would dominate.
 /// Used only inside a GRDB database access; the C statement never leaves this type.
-struct BulkStatement {
+package struct BulkStatement {
     private let statement: Statement
     private var handle: OpaquePointer { statement.sqliteStatement }
     private let db: Database
 
-    init(_ db: Database, _ sql: String) throws {
+    package init(_ db: Database, _ sql: String) throws {
         self.db = db
         statement = try db.makeStatement(sql: sql)
     }
 
     /// The connection's cached statement for `sql` (hot paths prepare once per connection).
-    init(cached db: Database, _ sql: String) throws {
+    package init(cached db: Database, _ sql: String) throws {
         self.db = db
         statement = try db.cachedStatement(sql: sql)
     }
 
     /// Binds the values `bind` adds (in parameter order), runs the statement to completion
     /// and resets it for the next row.
-    func run(_ bind: (inout Binder) -> Void) throws {
+    package func run(_ bind: (inout Binder) -> Void) throws {
         var binder = Binder(handle: handle)
         bind(&binder)
         let code = sqlite3_step(handle)
@@ -33,7 +33,7 @@ struct BulkStatement {
     }
 
     /// Runs a query, binding `bind`'s values, and calls `row` for each result row.
-    func each(_ bind: (inout Binder) -> Void = { _ in }, row: (Reader) throws -> Void) throws {
+    package func each(_ bind: (inout Binder) -> Void = { _ in }, row: (Reader) throws -> Void) throws {
         var binder = Binder(handle: handle)
         bind(&binder)
         defer { sqlite3_reset(handle) }
@@ -46,7 +46,7 @@ struct BulkStatement {
     }
 
     /// Runs a query and maps its first row, if any.
-    func first<T>(_ bind: (inout Binder) -> Void, _ map: (Reader) throws -> T) throws -> T? {
+    package func first<T>(_ bind: (inout Binder) -> Void, _ map: (Reader) throws -> T) throws -> T? {
         var binder = Binder(handle: handle)
         bind(&binder)
         defer { sqlite3_reset(handle) }
@@ -61,28 +61,28 @@ struct BulkStatement {
     }
 
     /// Adds parameter values in order.
-    struct Binder {
-        let handle: OpaquePointer?
+    package struct Binder {
+        package let handle: OpaquePointer?
         private var index: Int32 = 1
         private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-        init(handle: OpaquePointer?) { self.handle = handle }
+        package init(handle: OpaquePointer?) { self.handle = handle }
 
-        mutating func add(_ value: Int64) {
+        package mutating func add(_ value: Int64) {
             sqlite3_bind_int64(handle, index, value)
             index += 1
         }
 
-        mutating func add(_ value: Int) { add(Int64(value)) }
+        package mutating func add(_ value: Int) { add(Int64(value)) }
 
-        mutating func add(_ value: Bool) { add(Int64(value ? 1 : 0)) }
+        package mutating func add(_ value: Bool) { add(Int64(value ? 1 : 0)) }
 
-        mutating func add(_ value: Int64?) {
+        package mutating func add(_ value: Int64?) {
             if let value { sqlite3_bind_int64(handle, index, value) } else { sqlite3_bind_null(handle, index) }
             index += 1
         }
 
-        mutating func add(_ value: String?) {
+        package mutating func add(_ value: String?) {
             guard var value else {
                 sqlite3_bind_null(handle, index)
                 index += 1
@@ -100,25 +100,25 @@ struct BulkStatement {
     }
 
     /// Column values of the current result row, by position.
-    struct Reader {
-        let handle: OpaquePointer?
+    package struct Reader {
+        package let handle: OpaquePointer?
 
-        func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+        package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
 
-        func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+        package func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
 
-        func string(_ column: Int32) -> String {
+        package func string(_ column: Int32) -> String {
             guard let text = sqlite3_column_text(handle, column) else { return "" }
             let count = Int(sqlite3_column_bytes(handle, column))
             return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
         }
 
-        func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
+        package func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
 
-        var columnCount: Int32 { sqlite3_column_count(handle) }
+        package var columnCount: Int32 { sqlite3_column_count(handle) }
 
         /// Appends the value as digests spell it: `null`, decimal, a JSON string, base64.
-        func appendCanonical(_ column: Int32, to line: inout [UInt8]) {
+        package func appendCanonical(_ column: Int32, to line: inout [UInt8]) {
             switch sqlite3_column_type(handle, column) {
             case SQLITE_NULL: line.append(contentsOf: "null".utf8)
             case SQLITE_INTEGER: line.append(contentsOf: String(int(column)).utf8)

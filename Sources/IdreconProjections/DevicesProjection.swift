@@ -1,5 +1,6 @@
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// Devices (SPEC section 4): each `(app_id, device_id)`'s mode, logged-in ASID, counts and
 /// anomalies (`devices`), and the spans during which it held an ASID in limited mode

@@ -1,15 +1,16 @@
 import Foundation
 import GRDB
 import IdreconDomain
+import IdreconLog
 
 /// The projections' bookkeeping row: current generation, identity configuration and the
 /// last event sequence number applied.
-struct ProjectionState {
-    var generation: Int
-    var config: IdentityConfig
-    var appliedSeq: Int64
+package struct ProjectionState {
+    package var generation: Int
+    package var config: IdentityConfig
+    package var appliedSeq: Int64
 
-    static func load(_ db: Database) throws -> ProjectionState {
+    package static func load(_ db: Database) throws -> ProjectionState {
         guard let row = try Row.fetchOne(db, sql: "SELECT generation, config, applied_seq FROM projection_meta WHERE id = 1") else {
             throw StoreError("projection_meta is missing; the database is damaged")
         }
@@ -17,7 +18,7 @@ struct ProjectionState {
         return ProjectionState(generation: row["generation"], config: config, appliedSeq: row["applied_seq"])
     }
 
-    var tables: ProjectionTables { ProjectionTables(generation: generation) }
+    package var tables: ProjectionTables { ProjectionTables(generation: generation) }
 
     /// Where one transaction's facts are applied to the live projections.
     func context(_ db: Database, visibleSeq: Int64 = .max) -> ProjectionContext {

@@ -1,0 +1,182 @@
+import Foundation
+import GRDB
+import IdreconDomain
+
+/// Errors the store reports to its callers, each with a message a user can act on.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    /// `usage`: the request conflicts with what the database holds (a bad invocation, exit 2
+    /// in the CLI); `storage`: the database could not be read or written.
+    public enum Kind: Sendable { case storage, usage }
+    public var kind: Kind
+    public var description: String
+    public init(_ description: String, kind: Kind = .storage) {
+        self.description = description
+        self.kind = kind
+    }
+}
+
+extension StoreError {
+    /// A one-line description of a database error for the user.
+    package static func describe(_ error: any Error) -> String {
+        if let db = error as? DatabaseError {
+            switch db.resultCode {
+            case .SQLITE_NOTADB, .SQLITE_CORRUPT: return "the file is not an idrecon SQLite database or is corrupt"
+            case .SQLITE_READONLY: return "the database is read-only; check its permissions"
+            case .SQLITE_CANTOPEN: return "the file cannot be opened; check the path and permissions"
+            case .SQLITE_FULL: return "the disk is full"
+            default: return db.message ?? "\(db.resultCode)"
+            }
+        }
+        return "\(error)"
+    }
+}
+
+/// Appending to the log: events, quarantine entries, duplicate counts and source positions
+/// of one batch, inside the caller's transaction. The projections are not this module's
+/// concern: they fold the log afterwards (`IdreconProjections`).
+package enum EventLog {
+    package static func append(
+        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], forgotten: ForgottenASIDs
+    ) throws -> BatchOutcome {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var outcome = BatchOutcome()
+        let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
+        let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
+        // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
+        // and only when it changed nothing look up which key was taken.
+        let insertEvent = try BulkStatement(cached: db, """
+            INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
+                device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            """)
+        let insertQuarantine = try db.cachedStatement(sql: """
+            INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        let requarantine = try db.cachedStatement(sql: "UPDATE quarantine SET code = ?, message = ? WHERE id = ?")
+        let release = try db.cachedStatement(sql: "DELETE FROM quarantine WHERE id = ?")
+        func quarantine(_ record: IncomingRecord, _ rejection: Rejection, eventID: String?, raw: [UInt8]? = nil) throws {
+            outcome.quarantined[rejection.code, default: 0] += 1
+            if let id = record.quarantineID {
+                try requarantine.execute(arguments: [rejection.code.rawValue, rejection.message, id])
+                return
+            }
+            var raw = raw ?? record.raw
+            if !forgotten.isEmpty, let value = try? JSONParser.parse(raw), forgotten.contains(ErasureRules.asid(of: value)),
+               let clean = ErasureRules.scrub(value) {
+                raw = Array(CanonicalJSON.encode(clean).utf8)
+            }
+            try insertQuarantine.execute(arguments: [
+                record.origin.source, record.origin.position, record.origin.partition.map { Int64($0) },
+                record.origin.key.map { Data($0) }, Data(raw), rejection.code.rawValue, rejection.message,
+                eventID, now,
+            ])
+        }
+        var sourceIDs: [String: Int64] = [:]
+        func sourceID(_ name: String) throws -> Int64 {
+            if let id = sourceIDs[name] { return id }
+            try db.execute(sql: "INSERT INTO sources (name) VALUES (?) ON CONFLICT(name) DO NOTHING", arguments: [name])
+            let id = try Int64.fetchOne(db, sql: "SELECT id FROM sources WHERE name = ?", arguments: [name])!
+            sourceIDs[name] = id
+            return id
+        }
+        for record in records {
+            var event: LoginEvent
+            switch record.validation {
+            case let .failure(rejection):
+                try quarantine(record, rejection, eventID: record.knownEventID ?? Self.bestEffortEventID(record.raw))
+                continue
+            case let .success(e):
+                event = e
+            }
+            var columns = record.columns ?? EventColumns(event)
+            if forgotten.contains(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
+                switch EventValidator.validate(Array(clean.utf8)) {
+                case let .success(scrubbed):
+                    (event, columns) = (scrubbed, EventColumns(scrubbed))
+                case let .failure(rejection):
+                    try quarantine(record, rejection, eventID: event.eventID, raw: Array(clean.utf8))
+                    continue
+                }
+            }
+            let source = try sourceID(record.origin.source)
+            try insertEvent.run {
+                $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
+                $0.add(event.deviceID); $0.add(event.asid); $0.add(event.type == .login ? event.tracking?.rawValue : nil)
+                $0.add(event.nonce); $0.add(event.canonicalPayload); $0.add(columns.deviceKey); $0.add(columns.asidKey)
+                $0.add(columns.linkEmail); $0.add(columns.linkTFB); $0.add(columns.friends); $0.add(columns.declinesFriends)
+                $0.add(source); $0.add(record.origin.position)
+            }
+            let inserted = db.changesCount == 1
+            if let id = record.quarantineID,
+               try inserted || String.fetchOne(findEvent, arguments: [event.eventID])?.sameBytes(as: event.canonicalPayload) == true {
+                try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
+            }
+            if inserted {
+                outcome.appended += 1
+            } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
+                // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
+                // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
+                if existing.sameBytes(as: event.canonicalPayload) {
+                    outcome.duplicates += 1
+                } else {
+                    try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)
+                }
+            } else {
+                let other = try String.fetchOne(findNonce, arguments: [event.appID, event.nonce]) ?? "?"
+                try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
+            }
+        }
+        if outcome.duplicates > 0 {
+            try db.execute(
+                sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                arguments: [outcome.duplicates])
+        }
+        for position in positions { try position.upsert(db) }
+        return outcome
+    }
+
+    /// The `event_id` of an unparseable-as-event record when it can still be read, for search.
+    package static func bestEffortEventID(_ raw: [UInt8]) -> String? {
+        guard raw.count < 1 << 20, let value = try? JSONParser.parse(raw), case let .string(id)? = value["event_id"] else { return nil }
+        return String(id.prefix(128))
+    }
+}
+
+/// The derived columns of `events` for one event.
+package struct EventColumns: Sendable {
+    package var deviceKey: Int64
+    package var asidKey: Int64?
+    package var linkEmail: String?
+    package var linkTFB: String?
+    package var friends: String?
+    package var declinesFriends: Bool
+
+    package init(_ e: LoginEvent) {
+        deviceKey = StableHash.key(e.appID, e.deviceID)
+        asidKey = e.asid.map { StableHash.key($0) }
+        let login = e.type == .login
+        linkEmail = login ? e.email.map(LinkKey.email) : nil
+        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
+        friends = login ? e.friendASIDs?.joined(separator: ",") : nil
+        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
+    }
+}
+
+/// Tombstones of `forget`, read once per transaction: records of a forgotten ASID arriving
+/// later lose their personal data before they are stored, in the log and in quarantine alike.
+package struct ForgottenASIDs {
+    private let asids: Set<[UInt8]>
+
+    package init(_ db: Database) throws {
+        asids = Set(try String.fetchAll(db, sql: "SELECT asid FROM forgotten").map { Array($0.utf8) })
+    }
+
+    package var isEmpty: Bool { asids.isEmpty }
+
+    /// Byte equality; no allocation on the hot path while nothing was forgotten.
+    package func contains(_ asid: String?) -> Bool {
+        guard !asids.isEmpty, let asid else { return false }
+        return asids.contains(Array(asid.utf8))
+    }
+}
