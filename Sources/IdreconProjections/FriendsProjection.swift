@@ -47,15 +47,13 @@ enum FriendsProjection: Projection {
         "CREATE INDEX friend_edges_g\(g)_b ON friend_edges_g\(g)(b);"
     }
 
-    /// An undirected edge, `a < b` by bytes (the table's CHECK and key order).
+    /// An undirected edge between two ASIDs, `a < b` (the table's CHECK and key order; ASIDs
+    /// are ASCII digits, so `String` order is byte order).
     struct Edge: Hashable, Comparable {
-        var a: ByteText
-        var b: ByteText
+        var a: String
+        var b: String
 
-        init(_ x: String, _ y: String) {
-            let (x, y) = (ByteText(x), ByteText(y))
-            (a, b) = x < y ? (x, y) : (y, x)
-        }
+        init(_ x: String, _ y: String) { (a, b) = x < y ? (x, y) : (y, x) }
 
         static func < (l: Edge, r: Edge) -> Bool { l.a != r.a ? l.a < r.a : l.b < r.b }
     }
@@ -66,31 +64,30 @@ enum FriendsProjection: Projection {
     /// Records that `from`'s snapshot names (or no longer names) `to`.
     static func set(_ edges: inout [Edge: Sides], from: String, to: String, _ on: Bool) {
         let edge = Edge(from, to)
-        if edge.a.text.sameBytes(as: from) { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
+        if edge.a == from { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
     }
 
     /// Lowers a mention to the earlier of two.
-    static func lower(_ mentions: inout [ByteText: EventKey], _ friend: String, to key: EventKey) {
-        if let known = mentions[ByteText(friend)], known < key { return }
-        mentions[ByteText(friend)] = key
+    static func lower(_ mentions: inout [String: EventKey], _ friend: String, to key: EventKey) {
+        if let known = mentions[friend], known < key { return }
+        mentions[friend] = key
     }
 
     // MARK: Live
 
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
-        var mentions: [ByteText: EventKey] = [:]
-        var byASID: [ByteText: [(key: EventKey, friends: [String]?, declines: Bool)]] = [:]
+        var mentions: [String: EventKey] = [:]
+        var byASID: [String: [(key: EventKey, friends: [String]?, declines: Bool)]] = [:]
         for fact in facts where fact.type == .login {
             guard let asid = fact.asid, fact.friends != nil || fact.declinesFriends else { continue }
             let friends = fact.friends.map(StoredFriendList.split)
-            byASID[ByteText(asid), default: []].append((fact.key, friends, fact.declinesFriends))
+            byASID[asid, default: []].append((fact.key, friends, fact.declinesFriends))
             for friend in friends ?? [] { lower(&mentions, friend, to: fact.key) }
         }
         guard !byASID.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
         var edges: [Edge: Sides] = [:]
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
-            let asid = asid.text
             let stored = try rows.snapshot(asid)
             var snapshot = stored ?? FriendSnapshot()
             let before = snapshot.effective
@@ -113,7 +110,7 @@ enum FriendsProjection: Projection {
                 try rows.deleteEdge(edge)
             }
         }
-        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend.text, first) }
+        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend, first) }
     }
 
     // MARK: Bulk
@@ -122,12 +119,12 @@ enum FriendsProjection: Projection {
     /// key order. With `merging`, edges and mentions are merged into what earlier
     /// partitions wrote (an edge or mention can come from any partition).
     static func writeBulk(
-        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [ByteText: EventKey], merging: Bool,
+        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], merging: Bool,
         _ db: Database, _ t: ProjectionTables
     ) throws {
         let rows = try Rows(db, t)
         var edges: [Edge: Sides] = [:]
-        for (asid, snapshot) in snapshots.sorted(by: { ByteText($0.asid) < ByteText($1.asid) }) {
+        for (asid, snapshot) in snapshots.sorted(by: { $0.asid < $1.asid }) {
             try rows.write(asid, snapshot, stored: false)
             for friend in snapshot.effective { set(&edges, from: asid, to: friend, true) }
         }
@@ -135,7 +132,7 @@ enum FriendsProjection: Projection {
             let byA = sides.byA ?? false, byB = sides.byB ?? false
             if merging { try rows.mergeEdge(edge, byA: byA, byB: byB) } else { try rows.saveEdge(edge, byA: byA, byB: byB) }
         }
-        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend.text, first) }
+        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend, first) }
     }
 
     // MARK: Rows
@@ -186,18 +183,18 @@ enum FriendsProjection: Projection {
         }
 
         func edge(_ e: Edge) throws -> (byA: Bool, byB: Bool)? {
-            try loadEdge.first({ $0.add(e.a.text); $0.add(e.b.text) }) { ($0.int(0) == 1, $0.int(1) == 1) }
+            try loadEdge.first({ $0.add(e.a); $0.add(e.b) }) { ($0.int(0) == 1, $0.int(1) == 1) }
         }
 
         func saveEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
-            try saveEdge_.run { $0.add(e.a.text); $0.add(e.b.text); $0.add(byA); $0.add(byB) }
+            try saveEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
         }
 
         func mergeEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
-            try mergeEdge_.run { $0.add(e.a.text); $0.add(e.b.text); $0.add(byA); $0.add(byB) }
+            try mergeEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
         }
 
-        func deleteEdge(_ e: Edge) throws { try deleteEdge_.run { $0.add(e.a.text); $0.add(e.b.text) } }
+        func deleteEdge(_ e: Edge) throws { try deleteEdge_.run { $0.add(e.a); $0.add(e.b) } }
 
         func mention(_ asid: String, _ first: EventKey) throws {
             try mention_.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }

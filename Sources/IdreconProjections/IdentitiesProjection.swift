@@ -81,17 +81,16 @@ enum IdentitiesProjection: Projection {
     // MARK: Live
 
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
-        var folds: [ByteText: Fold] = [:]
+        var folds: [String: Fold] = [:]
         for fact in facts where fact.type == .login {
             guard let asid = fact.asid else { continue }
-            folds[ByteText(asid), default: Fold(firstLogin: fact.key)].add(login: fact.key, email: fact.linkEmail, tfb: fact.linkTFB)
+            folds[asid, default: Fold(firstLogin: fact.key)].add(login: fact.key, email: fact.linkEmail, tfb: fact.linkTFB)
         }
         guard !folds.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
         var dirty: Set<String> = []
         var newLinks: [ByteText: [String]] = [:] // key → ASIDs that gained it
         for (asid, fold) in folds.sorted(by: { $0.key < $1.key }) {
-            let asid = asid.text
             if let stored = try rows.firstLogin(asid) {
                 if fold.firstLogin < stored {
                     try rows.moveFirstLogin(asid, to: fold.firstLogin)
@@ -152,7 +151,7 @@ enum IdentitiesProjection: Projection {
     /// the components' identities.
     static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
         let rows = try Rows(db, t)
-        let sorted = folds.sorted { ByteText($0.asid) < ByteText($1.asid) }
+        let sorted = folds.sorted { $0.asid < $1.asid }
         for (asid, fold) in sorted { try rows.insertASID(asid, firstLogin: fold.firstLogin) }
         for (asid, fold) in sorted {
             for (key, first) in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
@@ -172,7 +171,7 @@ enum IdentitiesProjection: Projection {
             let ambiguity = config.ambiguity(key: key, asids: Int(count), blocked: blocked)
             try insertKey.run { $0.add(key); $0.add(count); $0.add(Int64(ambiguity?.rawValue ?? 0)) }
         }
-        var index: [ByteText: Int32] = [:]
+        var index: [String: Int32] = [:]
         var names: [String] = []
         var parent: [Int32] = []
         func find(_ i: Int32) -> Int32 {
@@ -190,11 +189,11 @@ enum IdentitiesProjection: Projection {
             """).each { row in
             let key = row.string(0), asid = row.string(1)
             let i: Int32
-            if let known = index[ByteText(asid)] {
+            if let known = index[asid] {
                 i = known
             } else {
                 i = Int32(names.count)
-                index[ByteText(asid)] = i
+                index[asid] = i
                 names.append(asid)
                 parent.append(i)
             }

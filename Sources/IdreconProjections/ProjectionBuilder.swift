@@ -150,8 +150,8 @@ package struct ProjectionBuilder {
     /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
     package struct Facts {
         var devices: [DeviceRow] = []
-        var asids: [ByteText: ASIDAggregate] = [:]
-        var mentions: [ByteText: EventKey] = [:]
+        var asids: [String: ASIDAggregate] = [:]
+        var mentions: [String: EventKey] = [:]
 
         init() {}
 
@@ -171,8 +171,8 @@ package struct ProjectionBuilder {
         mutating func add(_ login: LoginRow) {
             let key = login.key
             let list = login.friends.map(StoredFriendList.split)
-            for friend in list ?? [] { Self.lower(&mentions[ByteText(friend), default: key], to: key) } // one lookup each
-            asids[ByteText(login.asid), default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
+            for friend in list ?? [] { Self.lower(&mentions[friend, default: key], to: key) } // one lookup each
+            asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
         }
 
         private static func lower(_ value: inout EventKey, to key: EventKey) {
@@ -281,8 +281,8 @@ package struct ProjectionBuilder {
             if a.hash != b.hash { return a.hash < b.hash }
             // Bytes, not Swift's canonical-equivalence order: two device IDs that differ only
             // in normalization are two devices (a hash collision must not merge them).
-            if !a.app.sameBytes(as: b.app) { return a.app.utf8.lexicographicallyPrecedes(b.app.utf8) }
-            if !a.device.sameBytes(as: b.device) { return a.device.utf8.lexicographicallyPrecedes(b.device.utf8) }
+            if !a.app.sameBytes(as: b.app) { return a.app.bytesPrecede(b.app) }
+            if !a.device.sameBytes(as: b.device) { return a.device.bytesPrecede(b.device) }
             return a.fact.key < b.fact.key
         }
         var a = consume first, b = consume second
@@ -313,14 +313,14 @@ package struct ProjectionBuilder {
         if let device = current { devices.append((device.app, device.device, fold)) }
         (a, b) = ([], [])
         // In key order, for the load.
-        devices.sort { ByteTextPair($0.app, $0.device) < ByteTextPair($1.app, $1.device) }
+        devices.sort { a, b in a.app.sameBytes(as: b.app) ? a.device.bytesPrecede(b.device) : a.app.bytesPrecede(b.app) }
         return (devices, events)
     }
 
-    private func fold(asids: [ByteText: ASIDAggregate], into out: inout PartitionOutput) {
+    private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
         for (asid, aggregate) in asids {
-            out.asids.append((asid.text, aggregate.identity))
-            if aggregate.hasSnapshot { out.snapshots.append((asid.text, aggregate.snapshot)) }
+            out.asids.append((asid, aggregate.identity))
+            if aggregate.hasSnapshot { out.snapshots.append((asid, aggregate.snapshot)) }
         }
     }
 }
@@ -358,7 +358,7 @@ private struct PartitionOutput {
     var devices: [FoldedDevice] = []
     var asids: [(asid: String, fold: IdentitiesProjection.Fold)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
-    var mentions: [ByteText: EventKey] = [:]
+    var mentions: [String: EventKey] = [:]
 
     init(merging: Bool) { self.merging = merging }
 }

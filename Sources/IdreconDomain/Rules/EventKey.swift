@@ -1,4 +1,9 @@
 import Crypto
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The total order of events in event time: `(occurred_at, event_id)`. "Latest" always
 /// means the greatest key.
@@ -73,7 +78,31 @@ extension String {
     /// Whether both hold the same UTF-8 bytes: "the same data". Swift's `==` instead treats
     /// canonically equivalent texts (`é` and `e` + U+0301) as equal.
     @inlinable
-    public func sameBytes(as other: String) -> Bool { utf8.elementsEqual(other.utf8) }
+    public func sameBytes(as other: String) -> Bool {
+        var a = self, b = other // copies of the references: `withUTF8` needs them mutable
+        return a.withUTF8 { x in b.withUTF8 { y in Self.sameBytes(x, y) } }
+    }
+
+    /// Whether this text's UTF-8 bytes order before `other`'s (SQLite's BINARY collation).
+    @inlinable
+    public func bytesPrecede(_ other: String) -> Bool {
+        var a = self, b = other
+        return a.withUTF8 { x in b.withUTF8 { y in Self.bytesPrecede(x, y) } }
+    }
+
+    /// Byte equality of two buffers (`memcmp`: the projections compare millions of keys).
+    @inlinable
+    public static func sameBytes(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
+        x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
+    }
+
+    /// Byte order of two buffers, as SQLite's BINARY collation orders text.
+    @inlinable
+    public static func bytesPrecede(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
+        let common = Swift.min(x.count, y.count)
+        let order = common == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, common)
+        return order != 0 ? order < 0 : x.count < y.count
+    }
 
     func trimmingWhitespace() -> String {
         let scalars = unicodeScalars
