@@ -4,8 +4,9 @@ import IdreconLog
 
 /// One projection of the log. A conforming type owns its tables (DDL, secondary indexes,
 /// the order digests read them in, binding and decoding of their rows) and its fold. The
-/// live path applies each transaction's facts with `apply`; replay's bulk load
-/// (`ProjectionBuilder`) writes the rows the same fold produces from a partition of the log.
+/// live path folds the log after `applied_seq` in batches with `apply` (`catchUp`);
+/// replay's bulk load (`ProjectionBuilder`) writes the rows the same folds produce from a
+/// partition of the log.
 ///
 /// Adding a projection is one file conforming to this protocol plus its entry in
 /// `ProjectionEngine.projections`. The folds work on `ProjectionFact`s and domain types;
@@ -18,7 +19,7 @@ protocol Projection: Sendable {
     static func createTables(generation g: Int) -> String
     /// The secondary indexes of generation `g` (a bulk load creates them after loading).
     static func createIndexes(generation g: Int) -> String
-    /// Folds one transaction's facts (in log order) into the rows of the entities they
+    /// Folds a batch of logged events (in log order) into the rows of the entities they
     /// touch: groups the facts by entity, reads the touched rows in key order, folds, and
     /// writes each changed row once, in key order.
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws
@@ -34,7 +35,7 @@ package enum ProjectionEngine {
     static let primaryKeys: [String: String] = Dictionary(
         uniqueKeysWithValues: projections.flatMap { $0.tables.map { ($0.name, $0.primaryKey) } })
 
-    /// Applies one transaction's facts to every projection.
+    /// Applies a batch of logged events to every projection.
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
         guard !facts.isEmpty else { return }
         for projection in projections { try projection.apply(facts, in: context) }
