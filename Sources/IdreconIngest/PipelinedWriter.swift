@@ -74,34 +74,36 @@ public final class PipelinedWriter: @unchecked Sendable {
         guard lock.withLock({ failure == nil && !waiting.isEmpty }) else { return }
         var records = 0
         var last: ConsumedPosition?
-        let result: Result<BatchOutcome, StoreError>
         let started = DispatchTime.now().uptimeNanoseconds
+        // Projections that have lagged for `staleness` are folded in this same transaction.
+        let stale = secondsSinceCaughtUp >= staleness
+        let batch: BatchOutcome
         do throws(StoreError) {
-            result = .success(try store.appendBatches(projectionLag: projectionLag) { [self] in
+            batch = try store.appendBatches(projectionLag: stale ? 0 : projectionLag) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
                 records += batch.records.count
                 last = batch.positions.first ?? last
                 return batch
-            })
-        } catch {
-            result = .failure(error)
-        }
-        if case .success = result {
-            behind = true
-            if secondsSinceCaughtUp >= staleness { catchUp() }
-        }
-        lock.withLock {
-            switch result {
-            case let .success(batch):
-                outcome.add(batch)
-                if let last { committed = (last.position, last.records) }
-                onCommit?(records, Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9)
-            case let .failure(error):
-                failure = error
-                for _ in waiting { slots.give() } // unblock the submitter, which then sees the failure
-                waiting.removeAll()
             }
+        } catch {
+            stop(error)
+            return
+        }
+        if stale { (caughtUpAt, behind) = (started, false) } else { behind = true }
+        lock.withLock {
+            outcome.add(batch)
+            if let last { committed = (last.position, last.records) }
+            onCommit?(records, Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9)
+        }
+    }
+
+    /// Stops further writes after a failure; the submitter, unblocked, then sees it.
+    private func stop(_ error: StoreError) {
+        lock.withLock {
+            failure = error
+            for _ in waiting { slots.give() }
+            waiting.removeAll()
         }
     }
 
@@ -130,11 +132,7 @@ public final class PipelinedWriter: @unchecked Sendable {
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false
         } catch {
-            lock.withLock {
-                failure = error
-                for _ in waiting { slots.give() }
-                waiting.removeAll()
-            }
+            stop(error)
         }
     }
 

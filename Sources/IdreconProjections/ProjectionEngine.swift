@@ -70,9 +70,10 @@ package enum ProjectionEngine {
     /// `minimum` events behind it (at least one). Returns the events applied.
     @discardableResult
     package static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64 = 1) throws -> Int64 {
+        // Asked once per appending transaction: two integers, and the state only when due.
+        let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
+        guard lag >= max(1, minimum) else { return 0 }
         let state = try ProjectionState.load(db)
-        let lastSeq = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0
-        guard lastSeq - state.appliedSeq >= max(1, minimum) else { return 0 }
         let (applied, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq)
         try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [applied])
         return events

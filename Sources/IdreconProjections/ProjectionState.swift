@@ -19,9 +19,4 @@ package struct ProjectionState {
     }
 
     package var tables: ProjectionTables { ProjectionTables(generation: generation) }
-
-    /// Where one transaction's facts are applied to the live projections.
-    func context(_ db: Database, visibleSeq: Int64 = .max) -> ProjectionContext {
-        ProjectionContext(db: db, tables: tables, config: config, visibleSeq: visibleSeq)
-    }
 }

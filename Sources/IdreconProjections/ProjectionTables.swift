@@ -29,12 +29,6 @@ package struct ProjectionTables: Sendable {
     package var edges: String { "friend_edges" + suffix }
     package var mentions: String { "friend_mentions" + suffix }
 
-    /// Creates the tables with their secondary indexes.
-    package func create(_ db: Database) throws {
-        try createTables(db)
-        try createIndexes(db)
-    }
-
     /// Creates the tables only; a bulk load adds the secondary indexes afterwards.
     package func createTables(_ db: Database) throws {
         precondition(generation > 0)

@@ -129,10 +129,10 @@ public final class EventStore: Sendable {
     /// with the projection updates (`updateProjections: false` is for benchmarking the
     /// raw append limit only: it leaves the projections behind the log until a replay).
     public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
-        try write { db in
-            let outcome = try EventLog.append(db, records, positions: positions, forgotten: ForgottenASIDs(db))
-            if updateProjections { try ProjectionEngine.catchUpLive(db) }
-            return outcome
+        var batch = Optional((records, positions))
+        return try appendBatches(projectionLag: updateProjections ? 0 : .max) {
+            defer { batch = nil }
+            return batch
         }
     }
 
@@ -140,7 +140,7 @@ public final class EventStore: Sendable {
     /// it returns nil, and each batch's memory can go as soon as it is in the transaction.
     /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
     /// The projections are brought up to the log in the same transaction once they are
-    /// `projectionLag` events behind it (write-behind: see `catchUpProjections`).
+    /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always).
     public func appendBatches(
         projectionLag: Int = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
     ) throws(StoreError) -> BatchOutcome {
