@@ -7,12 +7,6 @@ import Dispatch
 import IdreconDomain
 import IdreconStore
 
-/// A one-line, user-facing ingest failure (unreadable input, store error).
-public struct IngestError: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}
-
 /// Totals of one ingest run.
 public struct IngestSummary: Sendable, Equatable {
     public var lines: Int64 = 0
@@ -52,7 +46,7 @@ public struct FileIngestor: Sendable {
     }
 
     /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe).
-    public func ingest(path: String, progress: (IngestProgress) -> Void = { _ in }) throws(IngestError) -> IngestSummary {
+    public func ingest(path: String, progress: (IngestProgress) -> Void = { _ in }) throws(IdreconError) -> IngestSummary {
         let isStdin = path == "-"
         let fd: Int32
         var total: Int64?
@@ -62,15 +56,15 @@ public struct FileIngestor: Sendable {
             source = "stdin"
         } else {
             guard !EventStore.isDatabaseFile(path, of: store.path) else {
-                throw IngestError("cannot ingest \(path): it is the database itself; pass a JSON-lines file")
+                throw IdreconError(.input, "cannot ingest \(path): it is the database itself; pass a JSON-lines file")
             }
             fd = open(path, O_RDONLY)
-            guard fd >= 0 else { throw IngestError("cannot read \(path): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw IdreconError(.input, "cannot read \(path): \(String(cString: strerror(errno)))") }
             var info = stat()
-            guard fstat(fd, &info) == 0 else { close(fd); throw IngestError("cannot read \(path): \(String(cString: strerror(errno)))") }
+            guard fstat(fd, &info) == 0 else { close(fd); throw IdreconError(.input, "cannot read \(path): \(String(cString: strerror(errno)))") }
             if (info.st_mode & S_IFMT) == S_IFDIR {
                 close(fd)
-                throw IngestError("cannot read \(path): it is a directory; pass a JSON-lines file or '-' for standard input")
+                throw IdreconError(.input, "cannot read \(path): it is a directory; pass a JSON-lines file or '-' for standard input")
             }
             if (info.st_mode & S_IFMT) == S_IFREG { total = Int64(info.st_size) }
             source = "file:" + Self.absolutePath(path)
@@ -82,13 +76,13 @@ public struct FileIngestor: Sendable {
         var lineNumber: Int64 = 0
         if !isStdin, let total {
             let stored: ConsumedPosition?
-            do { stored = try store.position(of: source) } catch { throw IngestError(error.description) }
+            do { stored = try store.position(of: source) } catch { throw error }
             if let stored, stored.position <= total {
                 startOffset = stored.position
                 lineNumber = stored.records
             }
             if startOffset > 0, lseek(fd, off_t(startOffset), SEEK_SET) < 0 {
-                throw IngestError("cannot seek in \(path): \(String(cString: strerror(errno)))")
+                throw IdreconError(.input, "cannot seek in \(path): \(String(cString: strerror(errno)))")
             }
         }
         summary.resumedAt = startOffset
@@ -104,7 +98,7 @@ public struct FileIngestor: Sendable {
         var oversized: [Int: (bytes: Int64, eventID: String?)] = [:]
         var lastOffset = startOffset
 
-        func flush() throws(IngestError) {
+        func flush() throws(IdreconError) {
             let records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes, oversized: oversized)
             oversized.removeAll()
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]

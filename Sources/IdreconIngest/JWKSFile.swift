@@ -10,14 +10,14 @@ public final class JWKSFile: @unchecked Sendable {
     private var keys: KeySet
     private var lastReload = Date()
 
-    public init(path: String) throws(IngestError) {
+    public init(path: String) throws(IdreconError) {
         self.path = path
         keys = try Self.load(path)
     }
 
-    static func load(_ path: String) throws(IngestError) -> KeySet {
-        guard let data = FileManager.default.contents(atPath: path) else { throw IngestError("cannot read JWKS file \(path)") }
-        do { return try KeySet(jwks: [UInt8](data)) } catch { throw IngestError("JWKS file \(path): \(error.description)") }
+    static func load(_ path: String) throws(IdreconError) -> KeySet {
+        guard let data = FileManager.default.contents(atPath: path) else { throw IdreconError(.input, "cannot read JWKS file \(path)") }
+        do { return try KeySet(jwks: [UInt8](data)) } catch { throw IdreconError(.input, "JWKS file \(path): \(error.description)") }
     }
 
     public var count: Int { lock.withLock { keys.keys.count } }

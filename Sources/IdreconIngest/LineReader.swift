@@ -36,7 +36,7 @@ struct LineReader {
     }
 
     /// The next line without its `\n`, and the file offset just past it; nil at EOF.
-    mutating func next() throws(IngestError) -> (line: Line, endOffset: Int64)? {
+    mutating func next() throws(IdreconError) -> (line: Line, endOffset: Int64)? {
         while true {
             if let newline = buffer[start..<end].firstIndex(of: UInt8(ascii: "\n")) {
                 let line = start..<newline
@@ -63,7 +63,7 @@ struct LineReader {
 
     /// An oversized line beginning with `head`; when `more`, the rest is read up to and
     /// including its newline (or EOF), advancing `offset`.
-    private mutating func oversized(_ head: ArraySlice<UInt8>, more: Bool) throws(IngestError) -> Line {
+    private mutating func oversized(_ head: ArraySlice<UInt8>, more: Bool) throws(IdreconError) -> Line {
         var scanner = EventIDScanner()
         scanner.feed(head)
         let prefix = Array(head.prefix(RecordSize.keptBytes))
@@ -87,7 +87,7 @@ struct LineReader {
         return .oversized(prefix: prefix, bytes: bytes, eventID: scanner.eventID)
     }
 
-    private mutating func fill() throws(IngestError) {
+    private mutating func fill() throws(IdreconError) {
         if start > 0 {
             buffer.withUnsafeMutableBytes { raw in
                 _ = memmove(raw.baseAddress!, raw.baseAddress! + start, end - start)
@@ -99,7 +99,7 @@ struct LineReader {
         let n = buffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress! + end, raw.count - end) }
         if n < 0 {
             if errno == EINTR { return }
-            throw IngestError("read failed: \(String(cString: strerror(errno)))")
+            throw IdreconError(.input, "read failed: \(String(cString: strerror(errno)))")
         }
         if n == 0 { eof = true }
         end += n

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import IdreconDomain
 import IdreconStore
 
 /// Commits validated batches on a background queue so that reading and validating the
@@ -25,7 +26,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     private let lock = NSLock()
     private var waiting: [(records: [IncomingRecord], positions: [ConsumedPosition])] = []
     private var outcome = BatchOutcome()
-    private var failure: StoreError?
+    private var failure: IdreconError?
     private var committed: (position: Int64, records: Int64)?
 
     private let onCommit: (@Sendable (Int, Double) -> Void)?
@@ -53,7 +54,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     public static let defaultProjectionLag = 200_000
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
-    public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IngestError) {
+    public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IdreconError) {
         try check()
         slots.take()
         let queued = lock.withLock { () -> Bool in
@@ -78,7 +79,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         // Projections that have lagged for `staleness` are folded in this same transaction.
         let stale = secondsSinceCaughtUp >= staleness
         let batch: BatchOutcome
-        do throws(StoreError) {
+        do throws(IdreconError) {
             batch = try store.appendBatches(projectionLag: stale ? 0 : projectionLag) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
@@ -99,7 +100,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     }
 
     /// Stops further writes after a failure; the submitter, unblocked, then sees it.
-    private func stop(_ error: StoreError) {
+    private func stop(_ error: IdreconError) {
         lock.withLock {
             failure = error
             for _ in waiting { slots.give() }
@@ -127,7 +128,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// writer as a failed append does.
     private func catchUp() {
         guard behind, lock.withLock({ failure == nil }) else { return }
-        do throws(StoreError) {
+        do throws(IdreconError) {
             try store.catchUpProjections()
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false
@@ -138,14 +139,14 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// Waits for every queued batch, brings the projections up to the log and returns the
     /// total outcome so far; the writer stays usable.
-    public func finish() throws(IngestError) -> BatchOutcome {
+    public func finish() throws(IdreconError) -> BatchOutcome {
         queue.sync { catchUp() }
         try check()
         return lock.withLock { outcome }
     }
 
-    private func check() throws(IngestError) {
-        if let failure = lock.withLock({ failure }) { throw IngestError(failure.description) }
+    private func check() throws(IdreconError) {
+        if let failure = lock.withLock({ failure }) { throw failure }
     }
 }
 

@@ -127,13 +127,8 @@ public final class KafkaIngestor: @unchecked Sendable {
         }
         rd_kafka_poll_set_consumer(rk)
         guard let cluster = clusterIdentity(rk, shouldStop: shouldStop) else { return summary }
-        let binding = Result { () throws(StoreError) in
-            try store.bind(topic: options.topic, clusterID: cluster, groupID: options.group, rebind: options.rebind)
-        }
-        if case let .failure(error) = binding {
-            throw error.kind == .usage ? KafkaError.configuration(error.description) : error
-        }
-        if case let .success(replaced?) = binding {
+        let binding = try store.bind(topic: options.topic, clusterID: cluster, groupID: options.group, rebind: options.rebind)
+        if let replaced = binding {
             logger.warning("topic taken over (--rebind)", metadata: [
                 "topic": "\(options.topic)", "from_group": "\(replaced.groupID)", "from_cluster": "\(replaced.clusterID)",
                 "offsets": "\(replaced.clusterID.sameBytes(as: cluster) ? "kept" : "dropped: another cluster")"])

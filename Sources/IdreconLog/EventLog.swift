@@ -2,20 +2,7 @@ import Foundation
 import GRDB
 import IdreconDomain
 
-/// Errors the store reports to its callers, each with a message a user can act on.
-public struct StoreError: Error, CustomStringConvertible, Sendable {
-    /// `usage`: the request conflicts with what the database holds (a bad invocation, exit 2
-    /// in the CLI); `storage`: the database could not be read or written.
-    public enum Kind: Sendable { case storage, usage }
-    public var kind: Kind
-    public var description: String
-    public init(_ description: String, kind: Kind = .storage) {
-        self.description = description
-        self.kind = kind
-    }
-}
-
-extension StoreError {
+extension IdreconError {
     /// A one-line description of a database error for the user.
     package static func describe(_ error: any Error) -> String {
         if let db = error as? DatabaseError {
@@ -29,6 +16,18 @@ extension StoreError {
         }
         return "\(error)"
     }
+}
+
+/// Lookups by the log's hashed keys. `events_device` and `events_asid_login` lead with the
+/// event's tier (`seq >> 18`, migration v7) so that appends touch only the newest tier's
+/// pages; a lookup names every tier, and SQLite seeks once per tier.
+package enum LogKeys {
+    /// A `WITH RECURSIVE` list of every tier in the log, named `tier(t)`.
+    package static let tiers = """
+        tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (SELECT ifnull(max(seq), 0) >> 18 FROM events))
+        """
+    /// The indexed expression; the text must match the index's for SQLite to use it.
+    package static let tierOfSeq = "(seq >> 18)"
 }
 
 /// Appending to the log: events, quarantine entries, duplicate counts and source positions

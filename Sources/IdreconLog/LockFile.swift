@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import IdreconDomain
 
 /// An advisory `flock` on a sidecar file next to the database (`<database>.<name>`), held
 /// while the value lives; the system releases it if the process dies.
@@ -16,12 +17,12 @@ package final class LockFile {
 
     /// Opens (creating) `<databasePath>.<name>` and takes the lock, calling `waiting` first
     /// when another process holds it.
-    package init(databasePath: String, name: String, waiting: () -> Void = {}) throws(StoreError) {
+    package init(databasePath: String, name: String, waiting: () -> Void = {}) throws(IdreconError) {
         path = databasePath + "." + name
         var fd: Int32
         repeat { fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644) } while fd < 0 && errno == EINTR
         guard fd >= 0 else {
-            throw StoreError("cannot open the lock file \(path): \(String(cString: strerror(errno))); "
+            throw IdreconError(.storage, "cannot open the lock file \(path): \(String(cString: strerror(errno))); "
                 + "check the directory's permissions")
         }
         descriptor = fd
@@ -31,7 +32,7 @@ package final class LockFile {
             guard errno == EINTR else {
                 let reason = String(cString: strerror(errno))
                 close(fd)
-                throw StoreError("cannot lock \(path): \(reason)")
+                throw IdreconError(.storage, "cannot lock \(path): \(reason)")
             }
         }
     }

@@ -99,8 +99,9 @@ enum DevicesProjection: Projection {
         for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
         let rows = try Rows(context.db, context.tables)
         let refold = try BulkStatement(cached: context.db, """
+            WITH RECURSIVE \(LogKeys.tiers)
             SELECT occurred_at, event_id, type, tracking, asid FROM events
-            WHERE device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
+            WHERE \(LogKeys.tierOfSeq) IN tier AND device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
             """)
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)

@@ -12,7 +12,7 @@ package struct ProjectionState {
 
     package static func load(_ db: Database) throws -> ProjectionState {
         guard let row = try Row.fetchOne(db, sql: "SELECT generation, config, applied_seq FROM projection_meta WHERE id = 1") else {
-            throw StoreError("projection_meta is missing; the database is damaged")
+            throw IdreconError(.storage, "projection_meta is missing; the database is damaged")
         }
         let config = try JSONDecoder().decode(IdentityConfig.self, from: Data((row["config"] as String).utf8))
         return ProjectionState(generation: row["generation"], config: config, appliedSeq: row["applied_seq"])

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import IdreconDomain
 import IdreconLog
 
 /// A temporary file of records, written once and then read back in order: how the bulk
@@ -69,7 +70,7 @@ final class SpillFile {
                     progressed = true
                 }
             }
-            if count == 0 && !progressed { throw StoreError("replay found a truncated temporary file in \(directory)") }
+            if count == 0 && !progressed { throw IdreconError(.storage, "replay found a truncated temporary file in \(directory)") }
             if !progressed && offset == 0 && filled == buffer.count {
                 buffer.append(contentsOf: [UInt8](repeating: 0, count: buffer.count)) // a record larger than the buffer
             }
@@ -86,8 +87,8 @@ final class SpillFile {
         pending.bytes.removeAll(keepingCapacity: true)
     }
 
-    private static func failure(_ action: String, _ directory: String) -> StoreError {
-        StoreError("replay could not \(action) \(directory): \(String(cString: strerror(errno))) (replay needs free space next to the database)")
+    private static func failure(_ action: String, _ directory: String) -> IdreconError {
+        IdreconError(.storage, "replay could not \(action) \(directory): \(String(cString: strerror(errno))) (replay needs free space next to the database)")
     }
 }
 

@@ -51,7 +51,7 @@ public struct AuditPolicy: Sendable {
 extension EventStore {
     /// Judges each call at its own `called_at` from the indexed projections (no replay).
     /// Returns the violations, in call order.
-    public func audit(_ calls: [GraphCall], policy: AuditPolicy) throws(StoreError) -> [Violation] {
+    public func audit(_ calls: [GraphCall], policy: AuditPolicy) throws(IdreconError) -> [Violation] {
         try read { db in
             let state = try ProjectionState.load(db)
             var violations: [Violation] = []

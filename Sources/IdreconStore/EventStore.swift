@@ -13,7 +13,7 @@ public final class EventStore: Sendable {
 
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
     /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.
-    public init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(StoreError) {
+    public init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(IdreconError) {
         self.path = path
         var config = Configuration()
         config.readonly = readOnly
@@ -27,10 +27,10 @@ public final class EventStore: Sendable {
         }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw StoreError("cannot open database \(path): it is a directory; pass a file path with --db")
+            throw IdreconError(.input, "cannot open database \(path): it is a directory; pass a file path with --db")
         }
         if readOnly, !FileManager.default.fileExists(atPath: path) {
-            throw StoreError("no database at \(path); run 'idrecon ingest' or 'idrecon consume' first, or pass --db")
+            throw IdreconError(.input, "no database at \(path); run 'idrecon ingest' or 'idrecon consume' first, or pass --db")
         }
         // Two processes opening a new database at once race on switching it to WAL and on
         // the migrations: a lock on a sidecar file serializes writers' opening; the second
@@ -47,7 +47,7 @@ public final class EventStore: Sendable {
                     do {
                         _ = try EventStore(path: path)
                     } catch {
-                        throw StoreError("database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
+                        throw IdreconError(.storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
                     }
                 }
             } else {
@@ -63,10 +63,10 @@ public final class EventStore: Sendable {
                     }
                 }
             }
-        } catch let error as StoreError {
+        } catch let error as IdreconError {
             throw error
         } catch {
-            throw StoreError("cannot open database \(path): \(Self.foreignSidecars(path, error) ?? StoreError.describe(error))")
+            throw IdreconError(.storage, "cannot open database \(path): \(Self.foreignSidecars(path, error) ?? IdreconError.describe(error))")
         }
         // An erasure whose rebuild did not complete is finished by the next writer (after
         // the open lock: a replay takes a while).
@@ -97,7 +97,7 @@ public final class EventStore: Sendable {
             return try tables > 0 && !db.tableExists("grdb_migrations")
         }
         if foreign {
-            throw StoreError("\(path) is an SQLite database that idrecon did not create; pass a new file or an idrecon database with --db")
+            throw IdreconError(.input, "\(path) is an SQLite database that idrecon did not create; pass a new file or an idrecon database with --db")
         }
     }
 
@@ -117,18 +117,18 @@ public final class EventStore: Sendable {
     }
 
     /// Stored positions, by source.
-    public func positions() throws(StoreError) -> [ConsumedPosition] {
+    public func positions() throws(IdreconError) -> [ConsumedPosition] {
         try read { db in try ConsumedPosition.order(Column("source")).fetchAll(db) }
     }
 
-    public func position(of source: String) throws(StoreError) -> ConsumedPosition? {
+    public func position(of source: String) throws(IdreconError) -> ConsumedPosition? {
         try read { db in try ConsumedPosition.fetchOne(db, key: source) }
     }
 
     /// Appends or quarantines every record and stores `positions`, all in one transaction,
     /// with the projection updates (`updateProjections: false` is for benchmarking the
     /// raw append limit only: it leaves the projections behind the log until a replay).
-    public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(StoreError) -> BatchOutcome {
+    public func append(_ records: [IncomingRecord], positions: [ConsumedPosition], updateProjections: Bool = true) throws(IdreconError) -> BatchOutcome {
         var batch = Optional((records, positions))
         return try appendBatches(projectionLag: updateProjections ? 0 : .max) {
             defer { batch = nil }
@@ -143,7 +143,7 @@ public final class EventStore: Sendable {
     /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always).
     public func appendBatches(
         projectionLag: Int = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
-    ) throws(StoreError) -> BatchOutcome {
+    ) throws(IdreconError) -> BatchOutcome {
         try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
@@ -160,19 +160,19 @@ public final class EventStore: Sendable {
     /// writes each entity once per many events instead of once per transaction) and call
     /// this when their source is drained, when idle, and before they stop.
     @discardableResult
-    public func catchUpProjections() throws(StoreError) -> Int64 {
+    public func catchUpProjections() throws(IdreconError) -> Int64 {
         try write { db in try ProjectionEngine.catchUpLive(db) }
     }
 
-    func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
-        do { return try pool.read(body) } catch let error as StoreError { throw error } catch {
-            throw StoreError("database \(path): \(StoreError.describe(error))")
+    func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
+        do { return try pool.read(body) } catch let error as IdreconError { throw error } catch {
+            throw IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
         }
     }
 
-    func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
-        do { return try pool.write(body) } catch let error as StoreError { throw error } catch {
-            throw StoreError("database \(path): \(StoreError.describe(error))")
+    func write<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
+        do { return try pool.write(body) } catch let error as IdreconError { throw error } catch {
+            throw IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
         }
     }
 }

@@ -23,7 +23,7 @@ public enum ExportKind: String, CaseIterable, Sendable {
 
 extension EventStore {
     /// Streams the export rows, in order, from one read transaction (bounded memory).
-    public func export(_ kind: ExportKind, asOf: Int64? = nil, row: ([JSONValue]) throws -> Void) throws(StoreError) {
+    public func export(_ kind: ExportKind, asOf: Int64? = nil, row: ([JSONValue]) throws -> Void) throws(IdreconError) {
         try read { db in try Self.export(db, kind, asOf: asOf, tables: .views, row: row) }
     }
 
@@ -77,7 +77,7 @@ extension EventStore {
     }
 
     /// Digests of the live projections.
-    public func projectionDigests() throws(StoreError) -> [String: String] {
+    public func projectionDigests() throws(IdreconError) -> [String: String] {
         try read { db in try ProjectionTables.digests(db, tables: .views) }
     }
 }

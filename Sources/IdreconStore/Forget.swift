@@ -19,7 +19,7 @@ extension EventStore {
     /// rebuilds the projections from the scrubbed log (so the identity may split and
     /// `replay --verify` stays clean), and compacts the file so no freed page keeps the
     /// bytes. Non-personal facts (modes, access history) stay.
-    public func forget(_ asid: String) throws(StoreError) -> ForgetReport {
+    public func forget(_ asid: String) throws(IdreconError) -> ForgetReport {
         let (events, quarantined) = try write { db -> (Int, Int) in
             try db.execute(sql: "PRAGMA secure_delete = ON")
             var secrets: Set<String> = []
@@ -94,7 +94,7 @@ extension EventStore {
         do {
             replay = try self.replay()
         } catch {
-            throw StoreError("forget: \(asid) is erased from the log and quarantine, but rebuilding the projections failed "
+            throw IdreconError(.storage, "forget: \(asid) is erased from the log and quarantine, but rebuilding the projections failed "
                 + "(\(error.description)); the next idrecon command that writes to \(path), or 'idrecon replay', finishes it")
         }
         do {
@@ -104,7 +104,7 @@ extension EventStore {
                 try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
         } catch {
-            throw StoreError("forget: compacting \(path) failed: \(StoreError.describe(error))")
+            throw IdreconError(.storage, "forget: compacting \(path) failed: \(IdreconError.describe(error))")
         }
         return ForgetReport(asid: asid, events: events, quarantined: quarantined, replay: replay)
     }

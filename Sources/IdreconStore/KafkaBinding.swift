@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import IdreconDomain
 import IdreconProjections
 
 /// The Kafka cluster and consumer group whose offsets a database stores for a topic.
@@ -33,16 +34,16 @@ extension EventStore {
     /// reading restarts by the reset policy and re-read events are duplicates by `event_id`.
     /// Returns the binding that was replaced, if any.
     @discardableResult
-    public func bind(topic: String, clusterID: String, groupID: String, rebind: Bool = false) throws(StoreError) -> KafkaBinding? {
+    public func bind(topic: String, clusterID: String, groupID: String, rebind: Bool = false) throws(IdreconError) -> KafkaBinding? {
         try write { db in
             let bound = try KafkaBinding.fetchOne(db, key: topic)
             if let bound, bound.clusterID.sameBytes(as: clusterID), bound.groupID.sameBytes(as: groupID) { return nil }
             if let bound, !rebind {
-                throw StoreError("""
+                throw IdreconError(.usage, """
                     \(path) stores the offsets of topic \(topic) for group '\(bound.groupID)' on cluster \(bound.clusterID); \
                     group '\(groupID)' on cluster \(clusterID) would share them. Consume into another --db, or pass --rebind \
                     to take the topic over
-                    """, kind: .usage)
+                    """)
             }
             if let bound, !bound.clusterID.sameBytes(as: clusterID) {
                 try ConsumedPosition.filter(sql: "source LIKE ? ESCAPE '\\'", arguments: [Self.likePrefix("kafka:\(topic)/")]).deleteAll(db)
@@ -53,7 +54,7 @@ extension EventStore {
         }
     }
 
-    public func kafkaBindings() throws(StoreError) -> [KafkaBinding] {
+    public func kafkaBindings() throws(IdreconError) -> [KafkaBinding] {
         try read { db in try KafkaBinding.order(Column("topic")).fetchAll(db) }
     }
 

@@ -60,20 +60,20 @@ public struct IdentityRecord: Sendable, Equatable {
 }
 
 extension EventStore {
-    public func device(app: String, device: String) throws(StoreError) -> DeviceRecord? {
+    public func device(app: String, device: String) throws(IdreconError) -> DeviceRecord? {
         try read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM devices WHERE app_id = ? AND device_id = ?", arguments: [app, device]).map(DeviceRecord.init)
         }
     }
 
-    public func devices(holding asid: String) throws(StoreError) -> [DeviceRecord] {
+    public func devices(holding asid: String) throws(IdreconError) -> [DeviceRecord] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM devices WHERE asid = ? ORDER BY app_id, device_id", arguments: [asid]).map(DeviceRecord.init)
         }
     }
 
     /// Access state of `asid` at `asOf` (UTC ms; nil: now), by indexed lookups.
-    public func access(_ asid: String, asOf: Int64? = nil) throws(StoreError) -> AccessAnswer {
+    public func access(_ asid: String, asOf: Int64? = nil) throws(IdreconError) -> AccessAnswer {
         try read { db in try Self.access(db, asid, asOf: asOf) }
     }
 
@@ -87,10 +87,10 @@ extension EventStore {
                                 evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
         }
         let latest = try Row.fetchOne(db.cachedStatement(sql: """
+            WITH RECURSIVE \(LogKeys.tiers)
             SELECT tracking, event_id, app_id, device_id FROM events
-            WHERE asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at = (
-                SELECT max(occurred_at) FROM events WHERE asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3)
-            ORDER BY event_id DESC LIMIT 1
+            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3
+            ORDER BY occurred_at DESC, event_id DESC LIMIT 1
             """), arguments: [StableHash.key(asid), asid, t])
         let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"), arguments: [asid, t]) != nil
         let limited = latest.map { ($0["tracking"] as String) == Tracking.limited.rawValue }
@@ -101,7 +101,7 @@ extension EventStore {
     }
 
     /// The user ID of an ASID, of an e-mail (any member that logged in with it) or a user ID.
-    public func userID(asid: String? = nil, email: String? = nil, userID: String? = nil) throws(StoreError) -> String? {
+    public func userID(asid: String? = nil, email: String? = nil, userID: String? = nil) throws(IdreconError) -> String? {
         try read { db in
             if let asid { return try String.fetchOne(db, sql: "SELECT user_id FROM asids WHERE asid = ?", arguments: [asid]) }
             if let email {
@@ -115,7 +115,7 @@ extension EventStore {
     }
 
     /// Every identity an e-mail belongs to (an ambiguous e-mail can name several).
-    public func userIDs(email: String) throws(StoreError) -> [String] {
+    public func userIDs(email: String) throws(IdreconError) -> [String] {
         try read { db in
             try String.fetchAll(db, sql: """
                 SELECT DISTINCT a.user_id FROM asid_keys k JOIN asids a ON a.asid = k.asid WHERE k.key = ? ORDER BY a.user_id
@@ -123,7 +123,7 @@ extension EventStore {
         }
     }
 
-    public func identity(_ userID: String) throws(StoreError) -> IdentityRecord? {
+    public func identity(_ userID: String) throws(IdreconError) -> IdentityRecord? {
         try read { db in
             let members = try Row.fetchAll(db, sql: """
                 SELECT asid, first_login_at, first_login_event FROM asids WHERE user_id = ? ORDER BY asid
@@ -138,7 +138,7 @@ extension EventStore {
     }
 
     /// The shortest chain of linking keys from `a` to `b`, or nil when they are not one identity.
-    public func explain(_ a: String, _ b: String) throws(StoreError) -> [LinkHop]? {
+    public func explain(_ a: String, _ b: String) throws(IdreconError) -> [LinkHop]? {
         try read { db in
             guard try Int.fetchOne(db, sql: "SELECT 1 FROM asids WHERE asid = ?", arguments: [a]) != nil else { return nil }
             if a == b { return [] }
@@ -177,7 +177,7 @@ extension EventStore {
     }
 
     /// Friends of `asid` (edges of the friend graph) with who names whom.
-    public func friends(of asid: String) throws(StoreError) -> [(friend: String, listedByMe: Bool, listedByThem: Bool)] {
+    public func friends(of asid: String) throws(IdreconError) -> [(friend: String, listedByMe: Bool, listedByThem: Bool)] {
         try read { db in
             try Row.fetchAll(db, sql: """
                 SELECT b AS friend, by_a AS mine, by_b AS theirs FROM friend_edges WHERE a = ?1
@@ -187,7 +187,7 @@ extension EventStore {
     }
 
     /// Whether the ASID was seen at all (logged in or in a friend list).
-    public func seen(_ asid: String) throws(StoreError) -> Bool {
+    public func seen(_ asid: String) throws(IdreconError) -> Bool {
         try read { db in
             try Int.fetchOne(db, sql: "SELECT 1 FROM asids WHERE asid = ?1 UNION SELECT 1 FROM friend_mentions WHERE asid = ?1", arguments: [asid]) != nil
         }
@@ -196,7 +196,7 @@ extension EventStore {
 
 extension EventStore {
     /// The link-key edges of these ASIDs, with the event that first made each link.
-    public func keyLinks(of asids: [String]) throws(StoreError) -> [(asid: String, key: String, event: String)] {
+    public func keyLinks(of asids: [String]) throws(IdreconError) -> [(asid: String, key: String, event: String)] {
         try read { db in
             try asids.sorted().flatMap { asid in
                 try Row.fetchAll(db, sql: "SELECT key, first_event FROM asid_keys WHERE asid = ? ORDER BY key", arguments: [asid])
@@ -219,7 +219,7 @@ public struct MergeStep: Sendable, Equatable {
 extension EventStore {
     /// How an identity came together, in event time: derived from the log's links (so it is
     /// the same whatever the arrival order), replaying the current linking keys in order.
-    public func mergeHistory(_ userID: String) throws(StoreError) -> [MergeStep] {
+    public func mergeHistory(_ userID: String) throws(IdreconError) -> [MergeStep] {
         try read { db in
             let members = try Row.fetchAll(db, sql: "SELECT asid, first_login_at, first_login_event FROM asids WHERE user_id = ?", arguments: [userID])
             var first: [String: EventKey] = [:]

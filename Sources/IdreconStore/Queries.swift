@@ -25,7 +25,7 @@ public struct LogStats: Sendable, Codable, Equatable {
 }
 
 extension EventStore {
-    public func stats() throws(StoreError) -> LogStats {
+    public func stats() throws(IdreconError) -> LogStats {
         try read { db in
             let row = try Row.fetchOne(db, sql: """
                 SELECT count(*) AS events,
@@ -59,7 +59,7 @@ extension EventStore {
     }
 
     /// Quarantine entries in id order, optionally of one code.
-    public func quarantineEntries(code: ReasonCode? = nil, limit: Int? = nil, afterID: Int64 = 0) throws(StoreError) -> [QuarantineEntry] {
+    public func quarantineEntries(code: ReasonCode? = nil, limit: Int? = nil, afterID: Int64 = 0) throws(IdreconError) -> [QuarantineEntry] {
         try read { db in
             var sql = "SELECT * FROM quarantine WHERE id > ?"
             var arguments: StatementArguments = [afterID]
@@ -70,12 +70,12 @@ extension EventStore {
         }
     }
 
-    public func quarantineEntry(id: Int64) throws(StoreError) -> QuarantineEntry? {
+    public func quarantineEntry(id: Int64) throws(IdreconError) -> QuarantineEntry? {
         try read { db in try QuarantineEntry.fetchOne(db, sql: "SELECT * FROM quarantine WHERE id = ?", arguments: [id]) }
     }
 
     /// Every logged event as (event_id, canonical payload) in sequence order.
-    public func eventPayloads() throws(StoreError) -> [(eventID: String, payload: String)] {
+    public func eventPayloads() throws(IdreconError) -> [(eventID: String, payload: String)] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT event_id, payload FROM events ORDER BY seq").map { ($0["event_id"], $0["payload"]) }
         }
@@ -85,7 +85,7 @@ extension EventStore {
 extension EventStore {
     /// The log's last sequence number, the last one the projections applied, and the
     /// database's bytes on disk (with its WAL): cheap enough for every metrics scrape.
-    public func logPosition() throws(StoreError) -> (lastSeq: Int64, appliedSeq: Int64, bytes: Int64) {
+    public func logPosition() throws(IdreconError) -> (lastSeq: Int64, appliedSeq: Int64, bytes: Int64) {
         let (last, applied) = try read { db in
             (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0,
              try Int64.fetchOne(db, sql: "SELECT applied_seq FROM projection_meta") ?? 0)
@@ -110,12 +110,12 @@ extension EventStore {
 
     /// Records that `source` skipped positions `first...last` (idempotent: a range found
     /// again after a restart is stored once).
-    public func recordSkipped(_ range: SkippedRange) throws(StoreError) {
+    public func recordSkipped(_ range: SkippedRange) throws(IdreconError) {
         try write { db in try range.insert(db, onConflict: .ignore) }
     }
 
     /// Every skipped range, by source and position.
-    public func skippedRanges() throws(StoreError) -> [SkippedRange] {
+    public func skippedRanges() throws(IdreconError) -> [SkippedRange] {
         try read { db in try SkippedRange.order(Column("source"), Column("first_position")).fetchAll(db) }
     }
 
@@ -124,7 +124,7 @@ extension EventStore {
     /// reason of those that still fail. Returns what the retry did.
     public func retryQuarantine(
         code: ReasonCode? = nil, batchSize: Int = 2000, validate: ([UInt8]) -> Result<LoginEvent, Rejection>
-    ) throws(StoreError) -> BatchOutcome {
+    ) throws(IdreconError) -> BatchOutcome {
         var total = BatchOutcome()
         var after: Int64 = 0
         while true {

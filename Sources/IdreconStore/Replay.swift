@@ -27,7 +27,7 @@ extension EventStore {
     public func replay(
         config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 1_000_000,
         progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
-    ) throws(StoreError) -> ReplayReport {
+    ) throws(IdreconError) -> ReplayReport {
         do {
             let lock = try LockFile(databasePath: path, name: "replay-lock", waiting: waiting)
             defer { withExtendedLifetime(lock) {} }
@@ -39,10 +39,10 @@ extension EventStore {
                     return report
                 }
             }
-        } catch let error as StoreError {
+        } catch let error as IdreconError {
             throw error
         } catch {
-            throw StoreError("replay failed on \(path): \(StoreError.describe(error))")
+            throw IdreconError(.storage, "replay failed on \(path): \(IdreconError.describe(error))")
         }
     }
 
@@ -146,7 +146,7 @@ extension EventStore {
     }
 
     /// Finishes an erasure whose rebuild did not complete (a full disk, a kill).
-    func finishPendingRebuild() throws(StoreError) {
+    func finishPendingRebuild() throws(IdreconError) {
         guard try read({ db in try Self.rebuildPending(db) }) else { return }
         _ = try replay()
     }

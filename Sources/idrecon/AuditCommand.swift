@@ -32,11 +32,11 @@ struct AuditCommand: AsyncParsableCommand {
         func run() async throws {
             if file != "-" { try global.checkInput(file, "calls") }
             guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
-                throw CLIError("cannot read \(file)")
+                throw IdreconError(.input, "cannot read \(file)")
             }
             var isDirectory: ObjCBool = false
             if file != "-", FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
-                throw CLIError("cannot read \(file): it is a directory")
+                throw IdreconError(.input, "cannot read \(file): it is a directory")
             }
             let store = try openForReading(global)
             let policy = AuditPolicy(strict: strict, identityScope: scope == .identity)
@@ -50,7 +50,7 @@ struct AuditCommand: AsyncParsableCommand {
             var byKind: [ViolationKind: Int] = [:]
 
             func judge() throws {
-                let violations = try storeCall { () throws(StoreError) in try store.audit(calls, policy: policy) }
+                let violations = try store.audit(calls, policy: policy)
                 for v in violations {
                     byKind[v.kind, default: 0] += 1
                     printer.row([
@@ -75,7 +75,7 @@ struct AuditCommand: AsyncParsableCommand {
                     guard newline != nil || (eof && start < buffer.count) else { break }
                     let end = newline ?? buffer.count
                     let parsed: (GraphCall, JSONValue?)?
-                    do { parsed = try reader.parse(buffer[start..<end]) } catch { throw CLIError("\(file): \(error.description)") }
+                    do { parsed = try reader.parse(buffer[start..<end]) } catch { throw IdreconError(.input, "\(file): \(error.description)") }
                     start = newline.map { $0 + 1 } ?? buffer.count
                     guard let (call, raw) = parsed else { continue }
                     total += 1
@@ -90,7 +90,7 @@ struct AuditCommand: AsyncParsableCommand {
             let violations = byKind.values.reduce(0, +)
             let detail = ViolationKind.allCases.compactMap { k in byKind[k].map { "\(k.rawValue) \($0)" } }.joined(separator: ", ")
             FileHandle.standardError.write(Data("audit: \(total) calls, \(violations) violations\(detail.isEmpty ? "" : " (\(detail))")\n".utf8))
-            if violations > 0 { throw ExitCode(1) }
+            if violations > 0 { throw ExitCode(IdreconError.Kind.violation.exitCode) }
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import IdreconDomain
 import IdreconStore
 
 struct BackupCommand: AsyncParsableCommand {
@@ -22,9 +23,7 @@ struct BackupCommand: AsyncParsableCommand {
 
     func run() async throws {
         let started = Date()
-        let bytes = try storeCall { () throws(StoreError) in
-            try EventStore(path: global.databasePath, readOnly: true).backup(to: out)
-        }
+        let bytes = try EventStore(path: global.databasePath, readOnly: true).backup(to: out)
         var printer = RowPrinter(format: output.resolved, columns: ["backup", "bytes", "seconds"])
         printer.row([.text(out), .int(bytes), .json(.number(String(format: "%.3f", Date().timeIntervalSince(started))))])
         printer.finish()

@@ -21,11 +21,11 @@ struct ForgetCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath, skipPendingRebuild: true) } catch { throw CLIError(error.description) }
-        guard try storeCall({ () throws(StoreError) in try store.seen(asid) }) else {
-            throw CLIError("ASID \(asid) was never seen; nothing to forget", exitCode: 1)
+        store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
+        guard try store.seen(asid) else {
+            throw IdreconError(.notFound, "ASID \(asid) was never seen; nothing to forget")
         }
-        let report = try storeCall { () throws(StoreError) in try store.forget(asid) }
+        let report = try store.forget(asid)
         var printer = RowPrinter(format: output.resolved, columns: ["asid", "events_scrubbed", "quarantined_scrubbed", "replayed_events"])
         printer.row([.text(asid), .int(Int64(report.events)), .int(Int64(report.quarantined)), .int(report.replay.events)])
         printer.finish()
@@ -47,30 +47,30 @@ struct GraphCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store = try openForReading(global)
-        let user = identity.hasPrefix("u:") ? identity : try storeCall { () throws(StoreError) in try store.userID(asid: identity) } ?? ""
-        guard let record = try storeCall({ () throws(StoreError) in try store.identity(user) }) else {
-            throw CLIError("no identity for \(identity)", exitCode: 1)
+        let user = identity.hasPrefix("u:") ? identity : try store.userID(asid: identity) ?? ""
+        guard let record = try store.identity(user) else {
+            throw IdreconError(.notFound, "no identity for \(identity)")
         }
         var dot = "graph \"\(user)\" {\n  graph [rankdir=LR, label=\"\(user)\", fontname=Helvetica];\n  node [fontname=Helvetica, fontsize=10];\n"
         let colors: [AccessState: String] = [.forbiddenLimited: "#e06666", .forbiddenUnknown: "#f6b26b", .allowed: "#93c47d", .unseen: "#cccccc"]
         func q(_ s: String) -> String { "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
         for member in record.members {
-            let state = try storeCall { () throws(StoreError) in try store.access(member.asid) }.state
+            let state = try store.access(member.asid).state
             dot += "  \(q("asid:" + member.asid)) [label=\(q(member.asid + "\n" + state.rawValue)), shape=ellipse, style=filled, fillcolor=\(q(colors[state]!))];\n"
-            for device in try storeCall({ () throws(StoreError) in try store.devices(holding: member.asid) }) {
+            for device in try store.devices(holding: member.asid) {
                 let id = "device:\(device.appID)/\(device.deviceID)"
                 dot += "  \(q(id)) [label=\(q("app \(device.appID)\n\(device.deviceID)\n\(device.mode.rawValue)")), shape=box, style=\(device.mode == .limited ? "\"filled,dashed\"" : "filled"), fillcolor=\(q(device.mode == .limited ? "#f4cccc" : "#d9ead3"))];\n"
                 dot += "  \(q("asid:" + member.asid)) -- \(q(id)) [style=dotted];\n"
             }
             if friends {
-                for f in try storeCall({ () throws(StoreError) in try store.friends(of: member.asid) }) {
-                    let s = try storeCall { () throws(StoreError) in try store.access(f.friend) }.state
+                for f in try store.friends(of: member.asid) {
+                    let s = try store.access(f.friend).state
                     dot += "  \(q("friend:" + f.friend)) [label=\(q(f.friend + "\n" + s.rawValue)), shape=circle, fontsize=8, style=filled, fillcolor=\(q(colors[s]!))];\n"
                     dot += "  \(q("asid:" + member.asid)) -- \(q("friend:" + f.friend)) [color=\"#999999\"];\n"
                 }
             }
         }
-        let linked = try storeCall { () throws(StoreError) in try store.keyLinks(of: record.members.map(\.asid)) }
+        let linked = try store.keyLinks(of: record.members.map(\.asid))
         for key in record.keys {
             let label = key.key.hasPrefix("email:") ? "email " + key.key.dropFirst(6).prefix(10) + "…" : key.key
             let ambiguous = key.ambiguity.map { "\n(\($0.label))" } ?? ""
@@ -86,7 +86,7 @@ struct GraphCommand: AsyncParsableCommand {
         case .svg:
             let paths = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":")
             guard let dotPath = paths.map({ "\($0)/dot" }).first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-                throw CLIError("SVG needs Graphviz's 'dot' (apt-get install graphviz); or use --format dot and render it elsewhere")
+                throw IdreconError(.usage, "SVG needs Graphviz's 'dot' (apt-get install graphviz); or use --format dot and render it elsewhere")
             }
             let process = Process()
             process.executableURL = URL(fileURLWithPath: dotPath)
@@ -97,7 +97,7 @@ struct GraphCommand: AsyncParsableCommand {
             input.fileHandleForWriting.write(Data(dot.utf8))
             try input.fileHandleForWriting.close()
             process.waitUntilExit()
-            if process.terminationStatus != 0 { throw CLIError("Graphviz 'dot' failed (exit \(process.terminationStatus))", exitCode: 1) }
+            if process.terminationStatus != 0 { throw IdreconError(.transient, "Graphviz 'dot' failed (exit \(process.terminationStatus))") }
         }
     }
 }

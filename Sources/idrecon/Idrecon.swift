@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import IdreconDomain
 
 /// `idrecon`: Facebook-Login identity reconciliation over an SQLite event log.
 struct Idrecon: AsyncParsableCommand {
@@ -34,9 +35,9 @@ enum Main {
             }
         } catch let code as ExitCode {
             exit(code.rawValue)
-        } catch let error as CLIError {
+        } catch let error as IdreconError {
             FileHandle.standardError.write(Data("idrecon: \(RowPrinter.escape(error.description))\n".utf8))
-            exit(error.exitCode)
+            exit(error.kind.exitCode)
         } catch {
             let code = Idrecon.exitCode(for: error)
             if code == .success {

@@ -32,10 +32,10 @@ struct IngestCommand: AsyncParsableCommand {
 
     func run() async throws {
         if file != "-", !FileManager.default.isReadableFile(atPath: file) {
-            throw CLIError("cannot read \(file): no such readable file")
+            throw IdreconError(.input, "cannot read \(file): no such readable file")
         }
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        store = try EventStore(path: global.databasePath)
         let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(database: global),
                                     maxRecordBytes: limits.maxRecordBytes)
         var progress = ProgressLine()
@@ -51,7 +51,7 @@ struct IngestCommand: AsyncParsableCommand {
             }
         } catch {
             progress.done()
-            throw CLIError(error.description)
+            throw IdreconError(error)
         }
         progress.done()
         let seconds = Date().timeIntervalSince(started)

@@ -85,11 +85,11 @@ struct ConsumeCommand: AsyncParsableCommand {
         var extra = settings.map { ($0.key, $0.value) }
         if let config {
             try global.checkInput(config, "librdkafka settings")
-            guard let text = try? String(contentsOfFile: config, encoding: .utf8) else { throw CLIError("cannot read \(config)") }
+            guard let text = try? String(contentsOfFile: config, encoding: .utf8) else { throw IdreconError(.input, "cannot read \(config)") }
             for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 let trimmed = line.trimmingCharacters(in: .whitespaces)
                 if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
-                guard let setting = KafkaSetting(argument: trimmed) else { throw CLIError("\(config):\(n + 1): expected key=value") }
+                guard let setting = KafkaSetting(argument: trimmed) else { throw IdreconError(.input, "\(config):\(n + 1): expected key=value") }
                 extra.insert((setting.key, setting.value), at: 0)
             }
         }
@@ -99,12 +99,12 @@ struct ConsumeCommand: AsyncParsableCommand {
             do {
                 cluster = try MockCluster()
                 try cluster!.createTopic(topic, partitions: embeddedPartitions ?? 16)
-            } catch { throw CLIError(error.description) }
+            } catch { throw IdreconError(error) }
             bootstrap = cluster!.bootstrap
             FileHandle.standardError.write(Data("embedded Kafka cluster at \(bootstrap) (topic \(topic), \(embeddedPartitions ?? 16) partitions)\n".utf8))
         }
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+        store = try EventStore(path: global.databasePath)
         var options = ConsumeOptions(brokers: bootstrap, topic: topic, group: group)
         options.settings = extra
         options.batchSize = batchSize
@@ -125,7 +125,7 @@ struct ConsumeCommand: AsyncParsableCommand {
                 server = started
                 FileHandle.standardError.write(Data("metrics: http://\(address)/metrics (and /healthz, /readyz)\n".utf8))
             } catch {
-                throw CLIError("cannot serve metrics on \(metricsAddress): \(error)", exitCode: 2)
+                throw IdreconError(.configuration, "cannot serve metrics on \(metricsAddress): \(error)")
             }
             monitor = watcher
         }
@@ -147,10 +147,11 @@ struct ConsumeCommand: AsyncParsableCommand {
         switch outcome {
         case let .success(s):
             summary = s
-        case let .failure(error as KafkaError):
-            throw CLIError(error.description, exitCode: error.kind == .configuration ? 2 : 1)
         case let .failure(error):
-            throw CLIError("\(error)", exitCode: 1)
+            // The database failing under a running consumer (a full disk) may pass: exit 1,
+            // so the service manager restarts it; its configuration does not (exit 2).
+            let failure = IdreconError(error)
+            throw failure.kind == .storage ? IdreconError(.transient, failure.description) : failure
         }
         withExtendedLifetime(cluster) {}
         let seconds = Date().timeIntervalSince(started)
@@ -160,8 +161,8 @@ struct ConsumeCommand: AsyncParsableCommand {
             "skipped": "\(summary.skipped)",
         ])
         if summary.skipped > 0 {
-            throw CLIError("\(summary.skipped) records were skipped: the broker no longer held them (retention); "
-                + "see 'idrecon export skipped'", exitCode: 1)
+            throw IdreconError(.violation, "\(summary.skipped) records were skipped: the broker no longer held them (retention); "
+                + "see 'idrecon export skipped'")
         }
     }
 }
@@ -200,11 +201,11 @@ struct ProduceCommand: AsyncParsableCommand {
 
     func run() async throws {
         guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
-            throw CLIError("cannot read \(file)")
+            throw IdreconError(.input, "cannot read \(file)")
         }
         let producer: KafkaProducer
         do { producer = try KafkaProducer(brokers: brokers, topic: topic, settings: settings.map { ($0.key, $0.value) }) } catch {
-            throw CLIError(error.description)
+            throw IdreconError(error)
         }
         var sent = 0
         var buffer: [UInt8] = []
@@ -213,7 +214,7 @@ struct ProduceCommand: AsyncParsableCommand {
             let bytes = Array(line)
             var key: [UInt8]?
             if let value = try? JSONParser.parse(bytes), case let .string(device)? = value["device_id"] { key = Array(device.utf8) }
-            do { try producer.send(key: key, value: bytes) } catch { throw CLIError(error.description, exitCode: 1) }
+            do { try producer.send(key: key, value: bytes) } catch { throw IdreconError(.transient, error.description) }
             sent += 1
             if sent % 1000 == 0 { producer.poll() }
         }
@@ -229,7 +230,7 @@ struct ProduceCommand: AsyncParsableCommand {
             buffer.removeSubrange(..<start)
         }
         try send(buffer[...])
-        do { try producer.flush() } catch { throw CLIError(error.description, exitCode: 1) }
+        do { try producer.flush() } catch { throw IdreconError(.transient, error.description) }
         FileHandle.standardError.write(Data("produced \(sent) records to \(topic)\n".utf8))
         // A broker with little retention (the mock's ~5 MB per partition) drops the oldest
         // records as new ones arrive: say so, rather than let a consumer miss them unwarned.
@@ -269,7 +270,7 @@ struct DevBrokerCommand: AsyncParsableCommand {
         do {
             cluster = try MockCluster(brokers: brokers)
             try cluster.createTopic(topic, partitions: partitions, replicationFactor: min(brokers, 3))
-        } catch { throw CLIError(error.description) }
+        } catch { throw IdreconError(error) }
         FileHandle.standardOutput.write(Data((cluster.bootstrap + "\n").utf8))
         StopSignal.install()
         while !StopSignal.isRequested { usleep(100_000) }

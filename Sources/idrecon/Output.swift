@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import IdreconDomain
 import IdreconIngest
+import IdreconKafka
 import IdreconStore
 
 /// Output format of query commands.
@@ -18,7 +19,7 @@ struct GlobalOptions: ParsableArguments {
     /// close a descriptor of a file SQLite holds locks on in this process.
     func checkInput(_ path: String, _ what: String) throws {
         if EventStore.isDatabaseFile(path, of: databasePath) {
-            throw CLIError("cannot read \(path) as \(what): it is the database itself")
+            throw IdreconError(.input, "cannot read \(path) as \(what): it is the database itself")
         }
     }
 
@@ -193,12 +194,29 @@ struct RowPrinter {
 }
 
 /// An error that ends a command with a one-line message and a spec exit code.
-struct CLIError: Error, CustomStringConvertible {
-    var description: String
-    var exitCode: Int32
-    init(_ description: String, exitCode: Int32 = 2) {
-        self.description = description
-        self.exitCode = exitCode
+extension IdreconError.Kind {
+    /// The one table from an error's kind to the exit code (SPEC: 0 ok, 1 not found or
+    /// violations found, 2 bad usage or input). A one-shot command that cannot write its
+    /// database exits 2: someone must fix the disk or the path first. A consumer's failure
+    /// is `transient` (1), so its service manager restarts it; its configuration is 2, so
+    /// the unit does not restart into the same mistake.
+    var exitCode: Int32 {
+        switch self {
+        case .usage, .input, .configuration, .storage: 2
+        case .notFound, .violation, .transient: 1
+        }
+    }
+}
+
+extension IdreconError {
+    /// An error a command caught, with its kind kept: ours as they are, the Kafka layer's by
+    /// its kind, anything else as a usage error.
+    init(_ error: any Error) {
+        switch error {
+        case let error as IdreconError: self = error
+        case let error as KafkaError: self.init(error.kind == .configuration ? .configuration : .transient, error.description)
+        default: self.init(.usage, "\(error)")
+        }
     }
 }
 
@@ -238,7 +256,7 @@ struct TokenOptions: ParsableArguments {
         guard let jwks else { return nil }
         try database.checkInput(jwks, "a JWKS file")
         let file: JWKSFile
-        do { file = try JWKSFile(path: jwks) } catch { throw CLIError(error.description) }
+        do { file = try JWKSFile(path: jwks) } catch { throw IdreconError(error) }
         return TokenVerifier(
             key: { file.key($0) }, issuers: issuers.isEmpty ? TokenVerifier.defaultIssuers : Set(issuers),
             skewMillis: Int64(tokenSkew) * 1000, requireToken: requireToken)

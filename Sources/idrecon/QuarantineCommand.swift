@@ -31,14 +31,14 @@ struct QuarantineCommand: AsyncParsableCommand {
 
         func run() async throws {
             let store: EventStore
-            do { store = try EventStore(path: global.databasePath, readOnly: true) } catch { throw CLIError(error.description) }
+            store = try EventStore(path: global.databasePath, readOnly: true)
             var printer = RowPrinter(format: output.resolved, columns: ["id", "code", "source", "position", "event_id", "message"])
             var after: Int64 = 0
             var remaining = limit == 0 ? Int.max : limit
             while remaining > 0 {
                 let page: [QuarantineEntry]
                 do { page = try store.quarantineEntries(code: code.flatMap(ReasonCode.init), limit: min(remaining, 1000), afterID: after) }
-                catch { throw CLIError(error.description) }
+                catch { throw IdreconError(error) }
                 if page.isEmpty { break }
                 for e in page {
                     printer.row([.int(e.id), .text(e.code), .text(e.source), .int(e.position), .text(e.eventID), .text(e.message)])
@@ -69,16 +69,14 @@ struct QuarantineCommand: AsyncParsableCommand {
 
         func run() async throws {
             let store: EventStore
-            do { store = try EventStore(path: global.databasePath) } catch { throw CLIError(error.description) }
+            store = try EventStore(path: global.databasePath)
             let verifier = try tokens.verifier(database: global)
-            let outcome = try storeCall { () throws(StoreError) in
-                try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
-                    let result = EventValidator.validate(raw)
-                    if let verifier, case let .success(event) = result, let failure = verifier.check(event) {
-                        return .failure(Rejection(.tokenInvalid, failure.detail))
-                    }
-                    return result
+            let outcome = try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
+                let result = EventValidator.validate(raw)
+                if let verifier, case let .success(event) = result, let failure = verifier.check(event) {
+                    return .failure(Rejection(.tokenInvalid, failure.detail))
                 }
+                return result
             }
             var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
             printer.row([.text("appended"), .int(Int64(outcome.appended))])
@@ -100,8 +98,8 @@ struct QuarantineCommand: AsyncParsableCommand {
 
         func run() async throws {
             let entry: QuarantineEntry?
-            do { entry = try EventStore(path: global.databasePath, readOnly: true).quarantineEntry(id: id) } catch { throw CLIError(error.description) }
-            guard let entry else { throw CLIError("no quarantine entry \(id)", exitCode: 1) }
+            entry = try EventStore(path: global.databasePath, readOnly: true).quarantineEntry(id: id)
+            guard let entry else { throw IdreconError(.notFound, "no quarantine entry \(id)") }
             let text = String(validating: entry.raw, as: UTF8.self)
             var printer = RowPrinter(format: output.resolved, columns: [
                 "id", "code", "message", "source", "position", "partition", "key", "event_id", "quarantined_at", "raw", "raw_base64",

@@ -3,14 +3,9 @@ import Foundation
 import IdreconDomain
 import IdreconStore
 
-/// Opens the database for reading, as a CLI error when it cannot.
-func openForReading(_ global: GlobalOptions) throws -> EventStore {
-    do { return try EventStore(path: global.databasePath, readOnly: true) } catch { throw CLIError(error.description) }
-}
-
-/// Runs a store call, turning its error into a one-line CLI error.
-func storeCall<T>(_ body: () throws(StoreError) -> T) throws -> T {
-    do { return try body() } catch { throw CLIError(error.description) }
+/// Opens the database for reading.
+func openForReading(_ global: GlobalOptions) throws(IdreconError) -> EventStore {
+    try EventStore(path: global.databasePath, readOnly: true)
 }
 
 struct DeviceCommand: AsyncParsableCommand {
@@ -24,8 +19,8 @@ struct DeviceCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store = try openForReading(global)
-        guard let d = try storeCall({ () throws(StoreError) in try store.device(app: app, device: device) }) else {
-            throw CLIError("no device \(device) in app \(app)", exitCode: 1)
+        guard let d = try store.device(app: app, device: device) else {
+            throw IdreconError(.notFound, "no device \(device) in app \(app)")
         }
         var printer = RowPrinter(format: output.resolved, columns: [
             "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
@@ -60,13 +55,13 @@ struct AccessCommand: AsyncParsableCommand {
         var printer = RowPrinter(format: output.resolved, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
         var unseen = false
         for asid in asids {
-            let a = try storeCall { () throws(StoreError) in try store.access(asid, asOf: asOf?.millis) }
+            let a = try store.access(asid, asOf: asOf?.millis)
             unseen = unseen || a.state == .unseen
             printer.row([.text(asid), .text(a.state.rawValue), .text(asOf.map { Timestamp.format($0.millis) } ?? "now"),
                          .text(a.evidenceEvent), .text(a.evidenceDevice)])
         }
         printer.finish()
-        if unseen { throw ExitCode(1) }
+        if unseen { throw ExitCode(IdreconError.Kind.notFound.exitCode) }
     }
 }
 
@@ -93,15 +88,15 @@ struct UserCommand: AsyncParsableCommand {
         let store = try openForReading(global)
         let users: [String]
         if let email {
-            users = try storeCall { () throws(StoreError) in try store.userIDs(email: email) }
+            users = try store.userIDs(email: email)
         } else {
-            users = try storeCall { () throws(StoreError) in try store.userID(asid: asid, userID: userID) }.map { [$0] } ?? []
+            users = try store.userID(asid: asid, userID: userID).map { [$0] } ?? []
         }
-        guard !users.isEmpty else { throw CLIError("no identity for \(asid ?? email.map { _ in "that e-mail" } ?? userID ?? "")", exitCode: 1) }
+        guard !users.isEmpty else { throw IdreconError(.notFound, "no identity for \(asid ?? email.map { _ in "that e-mail" } ?? userID ?? "")") }
         if history {
             var printer = RowPrinter(format: output.resolved, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
             for user in users {
-                for step in try storeCall({ () throws(StoreError) in try store.mergeHistory(user) }) {
+                for step in try store.mergeHistory(user) {
                     printer.row([.text(user), .text(Timestamp.format(step.at)), .text(step.event),
                                  .rich(table: Self.short(step.key), value: .string(step.key)), .text(step.absorbed), .text(step.into)])
                 }
@@ -113,13 +108,13 @@ struct UserCommand: AsyncParsableCommand {
             "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
         ], verticalWhenNarrow: true)
         for user in users {
-            guard let identity = try storeCall({ () throws(StoreError) in try store.identity(user) }) else { continue }
+            guard let identity = try store.identity(user) else { continue }
             var rows: [[Cell]] = []
             var anyLimited = false
             for m in identity.members {
-                let access = try storeCall { () throws(StoreError) in try store.access(m.asid) }
+                let access = try store.access(m.asid)
                 anyLimited = anyLimited || access.state == .forbiddenLimited
-                let devices = try storeCall { () throws(StoreError) in try store.devices(holding: m.asid) }
+                let devices = try store.devices(holding: m.asid)
                 rows.append([
                     .text(user), .text(m.asid), .text(Timestamp.format(m.firstLoginAt)), .text(access.state.rawValue),
                     .rich(table: devices.map { "\($0.appID)/\($0.deviceID):\($0.mode.rawValue)" }.joined(separator: " "),
@@ -161,12 +156,12 @@ struct ExplainCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store = try openForReading(global)
-        guard let chain = try storeCall({ () throws(StoreError) in try store.explain(a, b) }) else {
-            let known = try storeCall { () throws(StoreError) in (try store.userID(asid: a), try store.userID(asid: b)) }
+        guard let chain = try store.explain(a, b) else {
+            let known = (try store.userID(asid: a), try store.userID(asid: b))
             switch known {
-            case (nil, _): throw CLIError("ASID \(a) never logged in", exitCode: 1)
-            case (_, nil): throw CLIError("ASID \(b) never logged in", exitCode: 1)
-            case let (ua?, ub?): throw CLIError("\(a) (\(ua)) and \(b) (\(ub)) are not linked by any shared, unambiguous key", exitCode: 1)
+            case (nil, _): throw IdreconError(.notFound, "ASID \(a) never logged in")
+            case (_, nil): throw IdreconError(.notFound, "ASID \(b) never logged in")
+            case let (ua?, ub?): throw IdreconError(.notFound, "\(a) (\(ua)) and \(b) (\(ub)) are not linked by any shared, unambiguous key")
             }
         }
         var printer = RowPrinter(format: output.resolved, columns: ["step", "from", "key", "to", "from_event", "to_event"])
@@ -187,12 +182,12 @@ struct FriendsCommand: AsyncParsableCommand {
 
     func run() async throws {
         let store = try openForReading(global)
-        guard try storeCall({ () throws(StoreError) in try store.seen(asid) }) else {
-            throw CLIError("ASID \(asid) was never seen", exitCode: 1)
+        guard try store.seen(asid) else {
+            throw IdreconError(.notFound, "ASID \(asid) was never seen")
         }
         var printer = RowPrinter(format: output.resolved, columns: ["asid", "friend", "access", "listed_by"])
-        for f in try storeCall({ () throws(StoreError) in try store.friends(of: asid) }) {
-            let state = try storeCall { () throws(StoreError) in try store.access(f.friend) }.state
+        for f in try store.friends(of: asid) {
+            let state = try store.access(f.friend).state
             let by = f.listedByMe && f.listedByThem ? "both" : f.listedByMe ? asid : f.friend
             printer.row([.text(asid), .text(f.friend), .text(state.rawValue), .text(by)])
         }
@@ -225,33 +220,31 @@ struct ExportCommand: AsyncParsableCommand {
         out.reserveCapacity(1 << 16)
         let stdout = FileHandle.standardOutput
         if format == .csv { out += Array((exportKind.columns.joined(separator: ",") + "\n").utf8) }
-        try storeCall { () throws(StoreError) in
-            try store.export(exportKind, asOf: asOf?.millis) { values in
-                if format == .csv {
-                    out += Array(values.map { v -> String in
-                        switch v {
-                        case .null: return ""
-                        case let .string(s): return RowPrinter.csvField(s)
-                        case let .number(n): return n
-                        case let .array(items): return RowPrinter.csvField(items.compactMap { if case let .string(s) = $0 { return s } else { return nil } }.joined(separator: ";"))
-                        default: return RowPrinter.csvField(CanonicalJSON.encode(v))
-                        }
-                    }.joined(separator: ",").utf8)
-                } else {
-                    out.append(UInt8(ascii: "{"))
-                    for (i, (name, value)) in zip(exportKind.columns, values).enumerated() {
-                        if i > 0 { out.append(UInt8(ascii: ",")) }
-                        CanonicalJSON.writeString(name, into: &out)
-                        out.append(UInt8(ascii: ":"))
-                        CanonicalJSON.write(value, into: &out)
+        try store.export(exportKind, asOf: asOf?.millis) { values in
+            if format == .csv {
+                out += Array(values.map { v -> String in
+                    switch v {
+                    case .null: return ""
+                    case let .string(s): return RowPrinter.csvField(s)
+                    case let .number(n): return n
+                    case let .array(items): return RowPrinter.csvField(items.compactMap { if case let .string(s) = $0 { return s } else { return nil } }.joined(separator: ";"))
+                    default: return RowPrinter.csvField(CanonicalJSON.encode(v))
                     }
-                    out.append(UInt8(ascii: "}"))
+                }.joined(separator: ",").utf8)
+            } else {
+                out.append(UInt8(ascii: "{"))
+                for (i, (name, value)) in zip(exportKind.columns, values).enumerated() {
+                    if i > 0 { out.append(UInt8(ascii: ",")) }
+                    CanonicalJSON.writeString(name, into: &out)
+                    out.append(UInt8(ascii: ":"))
+                    CanonicalJSON.write(value, into: &out)
                 }
-                out.append(0x0A)
-                if out.count > 1 << 16 {
-                    stdout.write(Data(out))
-                    out.removeAll(keepingCapacity: true)
-                }
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(0x0A)
+            if out.count > 1 << 16 {
+                stdout.write(Data(out))
+                out.removeAll(keepingCapacity: true)
             }
         }
         stdout.write(Data(out))
@@ -278,21 +271,19 @@ struct ReplayCommand: AsyncParsableCommand {
         var identityConfig: IdentityConfig?
         if let config {
             try global.checkInput(config, "identity configuration")
-            guard let data = FileManager.default.contents(atPath: config) else { throw CLIError("cannot read config \(config)") }
+            guard let data = FileManager.default.contents(atPath: config) else { throw IdreconError(.input, "cannot read config \(config)") }
             do { identityConfig = try JSONDecoder().decode(IdentityConfig.self, from: data) } catch {
-                throw CLIError("config \(config) is not valid: expected {\"max_asids_per_key\": N, \"blocklist\": [...]}")
+                throw IdreconError(.input, "config \(config) is not valid: expected {\"max_asids_per_key\": N, \"blocklist\": [...]}")
             }
-            if identityConfig!.maxASIDsPerKey < 1 { throw CLIError("config \(config): max_asids_per_key must be at least 1") }
+            if identityConfig!.maxASIDsPerKey < 1 { throw IdreconError(.input, "config \(config): max_asids_per_key must be at least 1") }
         }
         let store: EventStore
-        do { store = try EventStore(path: global.databasePath, skipPendingRebuild: true) } catch { throw CLIError(error.description) }
+        store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         var progress = ProgressLine()
-        let report = try storeCall { () throws(StoreError) in
-            try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
-                progress.update("replay: \(done)/\(total) events")
-            } waiting: {
-                FileHandle.standardError.write(Data("replay: waiting for another replay of \(global.databasePath) to finish\n".utf8))
-            }
+        let report = try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
+            progress.update("replay: \(done)/\(total) events")
+        } waiting: {
+            FileHandle.standardError.write(Data("replay: waiting for another replay of \(global.databasePath) to finish\n".utf8))
         }
         progress.done()
         var printer = RowPrinter(format: output.resolved, columns: ["projection", "digest", "live_digest", "match"])
@@ -303,7 +294,7 @@ struct ReplayCommand: AsyncParsableCommand {
         let rate = Double(report.events) / max(report.seconds, 0.001)
         FileHandle.standardError.write(Data("replay: \(report.events) events in \(String(format: "%.2f", report.seconds)) s (\(Int(rate)) events/s)\(report.swapped ? ", swapped" : ", verify only")\n".utf8))
         if verify, !report.drift.isEmpty {
-            throw CLIError("projections drifted from the log: \(report.drift.joined(separator: ", ")); run 'idrecon replay' to rebuild", exitCode: 1)
+            throw IdreconError(.violation, "projections drifted from the log: \(report.drift.joined(separator: ", ")); run 'idrecon replay' to rebuild")
         }
     }
 }

@@ -23,7 +23,7 @@ struct StatsCommand: AsyncParsableCommand {
         do {
             let store = try EventStore(path: global.databasePath, readOnly: true)
             (stats, log) = (try store.stats(), try store.logPosition())
-        } catch { throw CLIError(error.description) }
+        } catch { throw IdreconError(error) }
         var rows: [(String, Cell)] = [
             ("events", .int(Int64(stats.events))), ("logins", .int(Int64(stats.logins))),
             ("logouts", .int(Int64(stats.logouts))), ("logins.enabled", .int(Int64(stats.enabledLogins))),
@@ -43,7 +43,7 @@ struct StatsCommand: AsyncParsableCommand {
         rows += stats.positions.map { ("position.\($0.source)", .int($0.position)) }
         if let brokers {
             let watermarks: KafkaWatermarks
-            do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw CLIError(error.description) }
+            do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw IdreconError(error) }
             for position in stats.positions where position.source.hasPrefix("kafka:") {
                 let name = position.source.dropFirst(6)
                 guard let slash = name.lastIndex(of: "/"), let partition = Int32(name[name.index(after: slash)...]) else { continue }

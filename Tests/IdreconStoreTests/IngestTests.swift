@@ -80,8 +80,8 @@ import Testing
     @Test func directoryAndMissingFileAreOneLineErrors() throws {
         let dir = TempDir()
         let store = try EventStore(path: dir.path("db.sqlite"))
-        #expect(throws: IngestError.self) { try FileIngestor(store: store).ingest(path: dir.url.path) }
-        #expect(throws: IngestError.self) { try FileIngestor(store: store).ingest(path: dir.path("missing.jsonl")) }
+        #expect(throws: IdreconError.self) { try FileIngestor(store: store).ingest(path: dir.url.path) }
+        #expect(throws: IdreconError.self) { try FileIngestor(store: store).ingest(path: dir.path("missing.jsonl")) }
     }
 
     @Test func rerunResumesAtStoredPositionAndPicksUpAppendedLines() throws {
@@ -151,7 +151,7 @@ import Testing
         #expect {
             _ = try EventStore(path: path)
         } throws: { error in
-            (error as? StoreError)?.description.contains("not an idrecon SQLite database") == true
+            (error as? IdreconError)?.description.contains("not an idrecon SQLite database") == true
         }
     }
 }

@@ -24,6 +24,31 @@ import Testing
         try s.verifyReplay()
     }
 
+    /// The log's device and ASID indexes lead with the event's tier (`seq >> 18`): a late
+    /// event's refold and an as-of access answer find events in every tier, not only the newest.
+    @Test func lookupsSpanEveryTierOfTheLog() throws {
+        var s = try Stream()
+        try s.ingest([
+            Stream.login("a1", day: 1, device: "D", asid: "500", limited: true),
+            Stream.login("a3", day: 3, device: "D", asid: "500"),
+            Stream.login("b1", day: 1, device: "F", asid: "502"),
+        ])
+        // The next events land two tiers later (seq 600,000 and on).
+        try s.store.write { db in
+            try db.execute(sql: """
+                INSERT INTO events (seq, event_id, type, occurred_at, app_id, device_id, payload, device_key, source_id, position)
+                VALUES (600000, 'pad', 'logout', 0, 'pad', 'pad', '{}', 0, (SELECT min(id) FROM sources), 0)
+                """)
+        }
+        // Late for device D: its fold must start again from a1 and a3, two tiers back.
+        try s.ingest([Stream.login("a2", day: 2, device: "D", asid: "501", limited: true)])
+        #expect(try s.store.device(app: "1", device: "D")?.logins == 3)
+        #expect(try s.access("502", 1.5) == .allowed)
+        #expect(try s.access("501", 2.5) == .forbiddenLimited)
+        #expect(try s.access("500", 3.5) == .allowed)
+        try s.verifyReplay()
+    }
+
     /// A forget that commits while a replay folds the log it read before: the replay starts
     /// over instead of swapping in projections with the erased links.
     @Test func replayOvertakenByForgetStartsOver() throws {
