@@ -78,9 +78,9 @@ public final class PipelinedWriter: @unchecked Sendable {
         let started = DispatchTime.now().uptimeNanoseconds
         // Projections that have lagged for `staleness` are folded in this same transaction.
         let stale = secondsSinceCaughtUp >= staleness
-        let batch: BatchOutcome
+        let batch: BatchOutcome, projected: Int64
         do throws(IdreconError) {
-            batch = try store.appendBatches(projectionLag: stale ? 0 : projectionLag) { [self] in
+            (batch, projected) = try store.appendBatches(projectionLag: stale ? 0 : projectionLag) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
                 records += batch.records.count
@@ -91,7 +91,10 @@ public final class PipelinedWriter: @unchecked Sendable {
             stop(error)
             return
         }
-        if stale { (caughtUpAt, behind) = (started, false) } else { behind = true }
+        // Staleness counts from the last catch-up of either kind: after one triggered by the
+        // lag, a timer still counting from the one before would fold a second, small chunk,
+        // and every chunk rewrites pages all over the projection tables.
+        if projected > 0 || stale { (caughtUpAt, behind) = (started, false) } else { behind = true }
         lock.withLock {
             outcome.add(batch)
             if let last { committed = (last.position, last.records) }

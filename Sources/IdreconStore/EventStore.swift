@@ -133,7 +133,7 @@ public final class EventStore: Sendable {
         return try appendBatches(projectionLag: updateProjections ? 0 : .max) {
             defer { batch = nil }
             return batch
-        }
+        }.outcome
     }
 
     /// Appends batches in one transaction, as `append` does each: `next` is called until
@@ -141,17 +141,17 @@ public final class EventStore: Sendable {
     /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
     /// The projections are brought up to the log in the same transaction once they are
     /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always).
+    /// Returns what the batches did and the events the projections folded (0: none).
     public func appendBatches(
         projectionLag: Int = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
-    ) throws(IdreconError) -> BatchOutcome {
+    ) throws(IdreconError) -> (outcome: BatchOutcome, projected: Int64) {
         try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
-            try ProjectionEngine.catchUpLive(db, ifBehindBy: Int64(projectionLag))
-            return total
+            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: Int64(projectionLag)))
         }
     }
 
