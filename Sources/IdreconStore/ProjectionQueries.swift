@@ -87,10 +87,14 @@ extension EventStore {
                                 evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
         }
         let latest = try Row.fetchOne(db.cachedStatement(sql: """
-            WITH RECURSIVE \(LogKeys.tiers)
+            WITH RECURSIVE \(LogKeys.tiers),
+            -- Each tier's latest login by the index's descending walk (an ASID may have
+            -- thousands of logins: sorting them all took 10 ms), then the latest of those.
+            latest(at) AS (SELECT max((SELECT max(occurred_at) FROM events
+                WHERE \(LogKeys.tierOfSeq) = tier.t AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3)) FROM tier)
             SELECT tracking, event_id, app_id, device_id FROM events
-            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3
-            ORDER BY occurred_at DESC, event_id DESC LIMIT 1
+            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at = (SELECT at FROM latest)
+            ORDER BY event_id DESC LIMIT 1
             """), arguments: [StableHash.key(asid), asid, t])
         let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"), arguments: [asid, t]) != nil
         let limited = latest.map { ($0["tracking"] as String) == Tracking.limited.rawValue }
