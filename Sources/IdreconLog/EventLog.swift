@@ -22,12 +22,12 @@ extension IdreconError {
 /// event's tier (`seq >> 18`, migration v7) so that appends touch only the newest tier's
 /// pages; a lookup names every tier, and SQLite seeks once per tier.
 package enum LogKeys {
-    /// A `WITH RECURSIVE` list of every tier in the log, named `tier(t)`.
-    package static let tiers = """
-        tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (SELECT ifnull(max(seq), 0) >> 18 FROM events))
-        """
     /// The indexed expression; the text must match the index's for SQLite to use it.
     package static let tierOfSeq = "(seq >> 18)"
+    /// A `WITH RECURSIVE` list of every tier in the log, named `tier(t)`.
+    package static let tiers = """
+        tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (SELECT \(tierOfSeq) FROM events ORDER BY seq DESC LIMIT 1))
+        """
 }
 
 /// Appending to the log: events, quarantine entries, duplicate counts and source positions

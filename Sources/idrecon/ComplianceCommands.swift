@@ -20,8 +20,7 @@ struct ForgetCommand: AsyncParsableCommand {
     @Argument(help: "The ASID to forget.") var asid: String
 
     func run() async throws {
-        let store: EventStore
-        store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
+        let store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         guard try store.seen(asid) else {
             throw IdreconError(.notFound, "ASID \(asid) was never seen; nothing to forget")
         }

@@ -34,8 +34,7 @@ struct IngestCommand: AsyncParsableCommand {
         if file != "-", !FileManager.default.isReadableFile(atPath: file) {
             throw IdreconError(.input, "cannot read \(file): no such readable file")
         }
-        let store: EventStore
-        store = try EventStore(path: global.databasePath)
+        let store = try EventStore(path: global.databasePath)
         let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(database: global),
                                     maxRecordBytes: limits.maxRecordBytes)
         var progress = ProgressLine()
@@ -51,7 +50,7 @@ struct IngestCommand: AsyncParsableCommand {
             }
         } catch {
             progress.done()
-            throw IdreconError(error)
+            throw error
         }
         progress.done()
         let seconds = Date().timeIntervalSince(started)

@@ -103,8 +103,7 @@ struct ConsumeCommand: AsyncParsableCommand {
             bootstrap = cluster!.bootstrap
             FileHandle.standardError.write(Data("embedded Kafka cluster at \(bootstrap) (topic \(topic), \(embeddedPartitions ?? 16) partitions)\n".utf8))
         }
-        let store: EventStore
-        store = try EventStore(path: global.databasePath)
+        let store = try EventStore(path: global.databasePath)
         var options = ConsumeOptions(brokers: bootstrap, topic: topic, group: group)
         options.settings = extra
         options.batchSize = batchSize

@@ -255,8 +255,7 @@ struct TokenOptions: ParsableArguments {
     func verifier(database: GlobalOptions) throws -> TokenVerifier? {
         guard let jwks else { return nil }
         try database.checkInput(jwks, "a JWKS file")
-        let file: JWKSFile
-        do { file = try JWKSFile(path: jwks) } catch { throw IdreconError(error) }
+        let file = try JWKSFile(path: jwks)
         return TokenVerifier(
             key: { file.key($0) }, issuers: issuers.isEmpty ? TokenVerifier.defaultIssuers : Set(issuers),
             skewMillis: Int64(tokenSkew) * 1000, requireToken: requireToken)

@@ -30,15 +30,12 @@ struct QuarantineCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let store: EventStore
-            store = try EventStore(path: global.databasePath, readOnly: true)
+            let store = try EventStore(path: global.databasePath, readOnly: true)
             var printer = RowPrinter(format: output.resolved, columns: ["id", "code", "source", "position", "event_id", "message"])
             var after: Int64 = 0
             var remaining = limit == 0 ? Int.max : limit
             while remaining > 0 {
-                let page: [QuarantineEntry]
-                do { page = try store.quarantineEntries(code: code.flatMap(ReasonCode.init), limit: min(remaining, 1000), afterID: after) }
-                catch { throw IdreconError(error) }
+                let page = try store.quarantineEntries(code: code.flatMap(ReasonCode.init), limit: min(remaining, 1000), afterID: after)
                 if page.isEmpty { break }
                 for e in page {
                     printer.row([.int(e.id), .text(e.code), .text(e.source), .int(e.position), .text(e.eventID), .text(e.message)])
@@ -68,8 +65,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let store: EventStore
-            store = try EventStore(path: global.databasePath)
+            let store = try EventStore(path: global.databasePath)
             let verifier = try tokens.verifier(database: global)
             let outcome = try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
                 let result = EventValidator.validate(raw)

@@ -277,8 +277,7 @@ struct ReplayCommand: AsyncParsableCommand {
             }
             if identityConfig!.maxASIDsPerKey < 1 { throw IdreconError(.input, "config \(config): max_asids_per_key must be at least 1") }
         }
-        let store: EventStore
-        store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
+        let store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         var progress = ProgressLine()
         let report = try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
             progress.update("replay: \(done)/\(total) events")

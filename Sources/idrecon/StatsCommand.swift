@@ -18,12 +18,8 @@ struct StatsCommand: AsyncParsableCommand {
     var settings: [KafkaSetting] = []
 
     func run() async throws {
-        let stats: LogStats
-        let log: (lastSeq: Int64, appliedSeq: Int64, bytes: Int64)
-        do {
-            let store = try EventStore(path: global.databasePath, readOnly: true)
-            (stats, log) = (try store.stats(), try store.logPosition())
-        } catch { throw IdreconError(error) }
+        let store = try EventStore(path: global.databasePath, readOnly: true)
+        let (stats, log) = (try store.stats(), try store.logPosition())
         var rows: [(String, Cell)] = [
             ("events", .int(Int64(stats.events))), ("logins", .int(Int64(stats.logins))),
             ("logouts", .int(Int64(stats.logouts))), ("logins.enabled", .int(Int64(stats.enabledLogins))),
