@@ -84,7 +84,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         self.store = store
         self.options = options
         self.logger = logger
-        writer = PipelinedWriter(store: store, depth: 4, transactionRecords: options.batchSize, onCommit: options.onCommit)
+        writer = PipelinedWriter(store: store, depth: 2, transactionRecords: options.batchSize, onCommit: options.onCommit)
     }
 
     public static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
