@@ -10,11 +10,12 @@ import IdreconStore
 /// `depth` batches wait; a batch's memory goes once it is in the transaction. The first
 /// failure stops further writes and is rethrown to the submitter.
 ///
-/// The projections lag the log by up to `projectionLag` events (write-behind): each
-/// entity is then read and written once per many events. They are caught up when the lag
-/// is reached, `staleness` after they last were while batches keep coming, on `refresh`
-/// (a consumer calls it when idle), and in `finish`; queries see them as of the last
-/// catch-up (`stats`: projection_lag_events).
+/// The projections lag the log by up to one catch-up chunk (write-behind: 200,000 events,
+/// `ProjectionEngine.catchUpChunk`): each entity is then read and
+/// written once per many events. They are caught up when the lag is reached, `staleness`
+/// after the last catch-up committed while batches keep coming, on `refresh` (a consumer
+/// calls it when idle), and in `finish`; queries see them as of the last catch-up
+/// (`stats`: projection_lag_events).
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
@@ -30,7 +31,6 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var committed: (position: Int64, records: Int64)?
 
     private let onCommit: (@Sendable (Int, Double) -> Void)?
-    private let projectionLag: Int
     private let staleness: Double
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
     /// Whether a transaction was committed since the projections were last caught up
@@ -39,19 +39,14 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
     public init(
-        store: EventStore, depth: Int = 2, transactionRecords: Int, projectionLag: Int = PipelinedWriter.defaultProjectionLag,
-        staleness: Double = 10, onCommit: (@Sendable (Int, Double) -> Void)? = nil
+        store: EventStore, depth: Int = 2, transactionRecords: Int, staleness: Double = 10, onCommit: (@Sendable (Int, Double) -> Void)? = nil
     ) {
         self.store = store
         self.onCommit = onCommit
         self.transactionRecords = transactionRecords
-        self.projectionLag = projectionLag
         self.staleness = staleness
         self.slots = Slots(depth)
     }
-
-    /// Events the projections may lag the log while batches keep coming.
-    public static let defaultProjectionLag = 200_000
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
     public func submit(_ records: [IncomingRecord], positions: [ConsumedPosition]) throws(IdreconError) {
@@ -80,7 +75,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         let stale = secondsSinceCaughtUp >= staleness
         let batch: BatchOutcome, projected: Int64
         do throws(IdreconError) {
-            (batch, projected) = try store.appendBatches(projectionLag: stale ? 0 : projectionLag) { [self] in
+            (batch, projected) = try store.appendBatches(projectionLag: stale ? 0 : nil) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
                 records += batch.records.count
@@ -91,10 +86,16 @@ public final class PipelinedWriter: @unchecked Sendable {
             stop(error)
             return
         }
-        // Staleness counts from the last catch-up of either kind: after one triggered by the
-        // lag, a timer still counting from the one before would fold a second, small chunk,
-        // and every chunk rewrites pages all over the projection tables.
-        if projected > 0 || stale { (caughtUpAt, behind) = (started, false) } else { behind = true }
+        // Staleness counts from the commit of the last catch-up of either kind: after one
+        // triggered by the lag, a timer still counting from the one before would fold a
+        // second, small chunk, and every chunk rewrites pages all over the projection tables.
+        // Counting from the catch-up's start instead left less appending time before the
+        // next one the longer catch-ups took, so chunks shrank as the tables grew.
+        if projected > 0 || stale {
+            (caughtUpAt, behind) = (DispatchTime.now().uptimeNanoseconds, false)
+        } else {
+            behind = true
+        }
         lock.withLock {
             outcome.add(batch)
             if let last { committed = (last.position, last.records) }

@@ -144,10 +144,11 @@ public final class EventStore: Sendable {
     /// it returns nil, and each batch's memory can go as soon as it is in the transaction.
     /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
     /// The projections are brought up to the log in the same transaction once they are
-    /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always).
+    /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always;
+    /// nil: one catch-up chunk).
     /// Returns what the batches did and the events the projections folded (0: none).
     public func appendBatches(
-        projectionLag: Int = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
+        projectionLag: Int? = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
     ) throws(IdreconError) -> (outcome: BatchOutcome, projected: Int64) {
         try write { db in
             var total = BatchOutcome()
@@ -155,7 +156,7 @@ public final class EventStore: Sendable {
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
-            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: Int64(projectionLag)))
+            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: projectionLag.map(Int64.init)))
         }
     }
 
