@@ -24,10 +24,10 @@ extension IdreconError {
 package enum LogKeys {
     /// The indexed expression; the text must match the index's for SQLite to use it.
     package static let tierOfSeq = "(seq >> 18)"
-    /// The newest tier (NULL for an empty log); tiers run from 0 to it.
-    package static let newestTier = "SELECT \(tierOfSeq) FROM events ORDER BY seq DESC LIMIT 1"
     /// A `WITH RECURSIVE` list of every tier in the log, named `tier(t)`.
-    package static let tiers = "tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (\(newestTier)))"
+    package static let tiers = """
+        tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (SELECT \(tierOfSeq) FROM events ORDER BY seq DESC LIMIT 1))
+        """
 }
 
 /// Appending to the log: events, quarantine entries, duplicate counts and source positions

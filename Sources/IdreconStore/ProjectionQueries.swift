@@ -86,21 +86,16 @@ extension EventStore {
             return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span["from_event"],
                                 evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
         }
-        // The latest login at or before `t`, one index walk per tier (descending, it stops at
-        // the first row; an ASID may have thousands of logins); the latest of the tiers' wins.
-        let newestTier = try Int64.fetchOne(db.cachedStatement(sql: LogKeys.newestTier)) ?? -1
-        let inTier = try db.cachedStatement(sql: """
-            SELECT occurred_at, event_id, tracking, app_id, device_id FROM events
-            WHERE \(LogKeys.tierOfSeq) = ? AND asid_key = ? AND type = 'login' AND asid = ? AND occurred_at <= ?
-            ORDER BY occurred_at DESC, event_id DESC LIMIT 1
-            """)
-        var latest: Row?, latestKey: EventKey?
-        let key = StableHash.key(asid)
-        for tier in stride(from: Int64(0), through: newestTier, by: 1) {
-            guard let row = try Row.fetchOne(inTier, arguments: [tier, key, asid, t]) else { continue }
-            let rowKey = EventKey(at: row["occurred_at"], eventID: row["event_id"])
-            if latestKey.map({ $0 < rowKey }) ?? true { (latest, latestKey) = (row, rowKey) }
-        }
+        let latest = try Row.fetchOne(db.cachedStatement(sql: """
+            WITH RECURSIVE \(LogKeys.tiers),
+            -- Each tier's latest login by the index's descending walk (an ASID may have
+            -- thousands of logins: sorting them all took 10 ms), then the latest of those.
+            latest(at) AS (SELECT max((SELECT max(occurred_at) FROM events
+                WHERE \(LogKeys.tierOfSeq) = tier.t AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3)) FROM tier)
+            SELECT tracking, event_id, app_id, device_id FROM events
+            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at = (SELECT at FROM latest)
+            ORDER BY event_id DESC LIMIT 1
+            """), arguments: [StableHash.key(asid), asid, t])
         let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"), arguments: [asid, t]) != nil
         let limited = latest.map { ($0["tracking"] as String) == Tracking.limited.rawValue }
         let state = AccessState.decide(heldLimited: false, latestLoginLimited: limited, mentioned: mentioned)
