@@ -23,13 +23,15 @@ package struct BulkStatement {
     }
 
     /// Binds the values `bind` adds (in parameter order), runs the statement to completion
-    /// and resets it for the next row.
-    package func run(_ bind: (inout Binder) -> Void) throws {
+    /// and resets it for the next row; returns the rows it changed.
+    @discardableResult
+    package func run(_ bind: (inout Binder) -> Void) throws -> Int {
         var binder = Binder(handle: handle)
         bind(&binder)
         let code = sqlite3_step(handle)
         sqlite3_reset(handle)
         guard code == SQLITE_DONE else { throw failure(code) }
+        return Int(sqlite3_changes(db.sqliteConnection))
     }
 
     /// Runs a query, binding `bind`'s values, and calls `row` for each result row.

@@ -125,7 +125,7 @@ enum DevicesProjection: Projection {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
                 for fact in sorted { fold.add(fact) }
             }
-            try rows.write(app, id, fold, stored: stored != nil)
+            try rows.write(app, id, fold, stored: stored)
         }
     }
 
@@ -134,7 +134,7 @@ enum DevicesProjection: Projection {
     /// Binding and decoding of `devices` and `limited_spans` rows: the only place that
     /// lists their columns.
     struct Rows {
-        private let loadDevice, insertDevice, updateDevice, upsertSpan, deleteSpans: BulkStatement
+        private let loadDevice, insertDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadDevice = try BulkStatement(cached: db, """
@@ -149,6 +149,13 @@ enum DevicesProjection: Projection {
                 """)
             updateDevice = try BulkStatement(cached: db, """
                 UPDATE \(t.devices) SET mode = ?, asid = ?, first_at = ?, first_event = ?, last_at = ?, last_event = ?,
+                    logins = ?, logouts = ?, anomalies = ?, last_login_tracking = ?, logout_since_login = ?
+                WHERE app_id = ? AND device_id = ?
+                """)
+            // Most updates keep the device's ASID: leaving `asid` out of the SET leaves its
+            // index alone (SQLite rewrites the entries of every index on a column it sets).
+            updateDeviceSameASID = try BulkStatement(cached: db, """
+                UPDATE \(t.devices) SET mode = ?, first_at = ?, first_event = ?, last_at = ?, last_event = ?,
                     logins = ?, logouts = ?, anomalies = ?, last_login_tracking = ?, logout_since_login = ?
                 WHERE app_id = ? AND device_id = ?
                 """)
@@ -175,11 +182,18 @@ enum DevicesProjection: Projection {
             }
         }
 
-        /// Writes a folded device (inserted when `stored` is false) and its changed spans.
-        func write(_ app: String, _ device: String, _ fold: Fold, stored: Bool) throws {
+        /// Writes a folded device (inserted when there is no `stored` state) and its changed spans.
+        func write(_ app: String, _ device: String, _ fold: Fold, stored: DeviceState?) throws {
             let s = fold.state
-            try (stored ? updateDevice : insertDevice).run {
-                $0.add(s.mode.rawValue); $0.add(s.asid)
+            let sameASID: Bool
+            switch (stored?.asid, s.asid) {
+            case let (before?, after?): sameASID = stored != nil && before.sameBytes(as: after)
+            case (nil, nil): sameASID = stored != nil
+            default: sameASID = false
+            }
+            try (stored == nil ? insertDevice : sameASID ? updateDeviceSameASID : updateDevice).run {
+                $0.add(s.mode.rawValue)
+                if !sameASID { $0.add(s.asid) }
                 $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
                 $0.add(s.logins); $0.add(s.logouts); $0.add(s.anomalies)
                 $0.add(s.lastLoginTracking?.rawValue); $0.add(s.logoutSinceLastLogin)

@@ -101,15 +101,7 @@ enum FriendsProjection: Projection {
             for friend in before.subtracting(after) { set(&edges, from: asid, to: friend, false) }
             for friend in after.subtracting(before) { set(&edges, from: asid, to: friend, true) }
         }
-        for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) {
-            let stored = try rows.edge(edge)
-            let byA = sides.byA ?? stored?.byA ?? false, byB = sides.byB ?? stored?.byB ?? false
-            if byA || byB {
-                try rows.saveEdge(edge, byA: byA, byB: byB)
-            } else if stored != nil {
-                try rows.deleteEdge(edge)
-            }
-        }
+        for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) { try rows.setSides(edge, sides) }
         for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend, first) }
     }
 
@@ -139,7 +131,8 @@ enum FriendsProjection: Projection {
 
     /// Binding and decoding of `friend_snapshots`, `friend_edges` and `friend_mentions` rows.
     struct Rows {
-        private let loadSnapshot, insertSnapshot, updateSnapshot, loadEdge, saveEdge_, mergeEdge_, deleteEdge_, mention_: BulkStatement
+        private let loadSnapshot, insertSnapshot, updateSnapshot, saveEdge_, setSides_, mergeEdge_, unnameEdge_, dropEdge_,
+            mention_: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadSnapshot = try BulkStatement(cached: db, """
@@ -151,13 +144,25 @@ enum FriendsProjection: Projection {
             updateSnapshot = try BulkStatement(cached: db, """
                 UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
                 """)
-            loadEdge = try BulkStatement(cached: db, "SELECT by_a, by_b FROM \(t.edges) WHERE a = ? AND b = ?")
-            saveEdge_ = try BulkStatement(cached: db, "INSERT OR REPLACE INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)")
+            saveEdge_ = try BulkStatement(cached: db, "INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)")
+            // The sides a fold changed (NULL: unchanged), without reading the row first; an
+            // upsert, not INSERT OR REPLACE, which would delete and reinsert the row and so its
+            // entry in the index on `b`.
+            setSides_ = try BulkStatement(cached: db, """
+                INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?1, ?2, coalesce(?3, 0), coalesce(?4, 0))
+                ON CONFLICT(a, b) DO UPDATE SET by_a = coalesce(?3, by_a), by_b = coalesce(?4, by_b)
+                """)
+            // An edge that no side names any more goes; one still named loses the side.
+            dropEdge_ = try BulkStatement(cached: db, """
+                DELETE FROM \(t.edges) WHERE a = ?1 AND b = ?2 AND coalesce(?3, by_a) = 0 AND coalesce(?4, by_b) = 0
+                """)
+            unnameEdge_ = try BulkStatement(cached: db, """
+                UPDATE \(t.edges) SET by_a = coalesce(?3, by_a), by_b = coalesce(?4, by_b) WHERE a = ?1 AND b = ?2
+                """)
             mergeEdge_ = try BulkStatement(cached: db, """
                 INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)
                 ON CONFLICT(a, b) DO UPDATE SET by_a = max(by_a, excluded.by_a), by_b = max(by_b, excluded.by_b)
                 """)
-            deleteEdge_ = try BulkStatement(cached: db, "DELETE FROM \(t.edges) WHERE a = ? AND b = ?")
             // The earliest mention wins, whichever transaction or partition brings it.
             mention_ = try BulkStatement(cached: db, """
                 INSERT INTO \(t.mentions) (asid, first_at, first_event) VALUES (?, ?, ?)
@@ -182,19 +187,26 @@ enum FriendsProjection: Projection {
             }
         }
 
-        func edge(_ e: Edge) throws -> (byA: Bool, byB: Bool)? {
-            try loadEdge.first({ $0.add(e.a); $0.add(e.b) }) { ($0.int(0) == 1, $0.int(1) == 1) }
-        }
-
         func saveEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
             try saveEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
+        }
+
+        /// Sets the sides a fold changed. Naming only: an upsert. Unnaming: the edge goes when
+        /// no side names it any more, else it loses that side; an edge not stored stays absent.
+        func setSides(_ e: Edge, _ sides: Sides) throws {
+            func bind(_ b: inout BulkStatement.Binder) {
+                b.add(e.a); b.add(e.b); b.add(sides.byA.map { Int64($0 ? 1 : 0) }); b.add(sides.byB.map { Int64($0 ? 1 : 0) })
+            }
+            if sides.byA == true || sides.byB == true {
+                try setSides_.run(bind)
+            } else if try dropEdge_.run(bind) == 0 {
+                try unnameEdge_.run(bind)
+            }
         }
 
         func mergeEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
             try mergeEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
         }
-
-        func deleteEdge(_ e: Edge) throws { try deleteEdge_.run { $0.add(e.a); $0.add(e.b) } }
 
         func mention(_ asid: String, _ first: EventKey) throws {
             try mention_.run { $0.add(asid); $0.add(first.at); $0.add(first.eventID) }

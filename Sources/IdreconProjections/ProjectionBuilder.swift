@@ -95,7 +95,7 @@ package struct ProjectionBuilder {
             try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, merging: merging, db, tables)
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
-            for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: false) }
+            for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: nil) }
         }
         return Int64(events)
     }

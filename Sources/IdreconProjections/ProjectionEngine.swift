@@ -70,13 +70,17 @@ package enum ProjectionEngine {
     }
 
     /// Brings the live projections up to the end of the log when they are at least
-    /// `minimum` events behind it (at least one; nil: one catch-up chunk, write-behind).
-    /// Returns the events applied.
+    /// `minimum` events behind it (at least one). nil is write-behind: catch up once one
+    /// more transaction like this one (`appended` events) could carry the lag past a chunk,
+    /// so that a catch-up folds one chunk of up to `catchUpChunk` events. (Waiting for a
+    /// full chunk folded it plus a trailing chunk of the crossing transaction's events,
+    /// which touched pages all over the tables a second time: 9 chunks for 1M events
+    /// instead of 6.) Returns the events applied.
     @discardableResult
-    package static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64? = 1) throws -> Int64 {
+    package static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64? = 1, appended: Int = 0) throws -> Int64 {
         // Asked once per appending transaction: two integers, and the state only when due.
         let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
-        guard lag >= max(1, minimum ?? Int64(catchUpChunk)) else { return 0 }
+        guard lag >= max(1, minimum ?? Int64(catchUpChunk - appended)) else { return 0 }
         let state = try ProjectionState.load(db)
         let (cursor, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq)
         try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [cursor])

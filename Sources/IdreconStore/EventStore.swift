@@ -145,7 +145,8 @@ public final class EventStore: Sendable {
     /// Fewer, bigger transactions write each dirtied page of the random-key indexes once.
     /// The projections are brought up to the log in the same transaction once they are
     /// `projectionLag` events behind it (write-behind: see `catchUpProjections`; 0: always;
-    /// nil: one catch-up chunk).
+    /// nil: when another transaction like this one could carry the lag past one catch-up
+    /// chunk, `ProjectionEngine.catchUpLive`).
     /// Returns what the batches did and the events the projections folded (0: none).
     public func appendBatches(
         projectionLag: Int? = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
@@ -156,7 +157,7 @@ public final class EventStore: Sendable {
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
-            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: projectionLag.map(Int64.init)))
+            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: projectionLag.map(Int64.init), appended: total.appended))
         }
     }
 
