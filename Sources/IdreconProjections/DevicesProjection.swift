@@ -185,15 +185,10 @@ enum DevicesProjection: Projection {
         /// Writes a folded device (inserted when there is no `stored` state) and its changed spans.
         func write(_ app: String, _ device: String, _ fold: Fold, stored: DeviceState?) throws {
             let s = fold.state
-            let sameASID: Bool
-            switch (stored?.asid, s.asid) {
-            case let (before?, after?): sameASID = stored != nil && before.sameBytes(as: after)
-            case (nil, nil): sameASID = stored != nil
-            default: sameASID = false
-            }
-            try (stored == nil ? insertDevice : sameASID ? updateDeviceSameASID : updateDevice).run {
+            let keepsASID = stored.map { $0.asid.sameBytes(as: s.asid) } ?? false
+            try (stored == nil ? insertDevice : keepsASID ? updateDeviceSameASID : updateDevice).run {
                 $0.add(s.mode.rawValue)
-                if !sameASID { $0.add(s.asid) }
+                if !keepsASID { $0.add(s.asid) }
                 $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
                 $0.add(s.logins); $0.add(s.logouts); $0.add(s.anomalies)
                 $0.add(s.lastLoginTracking?.rawValue); $0.add(s.logoutSinceLastLogin)

@@ -101,6 +101,12 @@ enum FriendsProjection: Projection {
             for friend in before.subtracting(after) { set(&edges, from: asid, to: friend, false) }
             for friend in after.subtracting(before) { set(&edges, from: asid, to: friend, true) }
         }
+        try write(edges: edges, mentions: mentions, rows)
+    }
+
+    /// Writes changed edge sides and mentions in key order; both merge into what is stored,
+    /// so the live fold and every replay partition write them alike.
+    static func write(edges: [Edge: Sides], mentions: [String: EventKey], _ rows: Rows) throws {
         for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) { try rows.setSides(edge, sides) }
         for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend, first) }
     }
@@ -108,11 +114,10 @@ enum FriendsProjection: Projection {
     // MARK: Bulk
 
     /// Writes a partition's snapshots, the edges they name and the mentions (replay), in
-    /// key order. With `merging`, edges and mentions are merged into what earlier
-    /// partitions wrote (an edge or mention can come from any partition).
+    /// key order. Edges and mentions are merged into what earlier partitions wrote (an edge
+    /// or mention can come from any partition).
     static func writeBulk(
-        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], merging: Bool,
-        _ db: Database, _ t: ProjectionTables
+        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], _ db: Database, _ t: ProjectionTables
     ) throws {
         let rows = try Rows(db, t)
         var edges: [Edge: Sides] = [:]
@@ -120,19 +125,14 @@ enum FriendsProjection: Projection {
             try rows.write(asid, snapshot, stored: false)
             for friend in snapshot.effective { set(&edges, from: asid, to: friend, true) }
         }
-        for (edge, sides) in edges.sorted(by: { $0.key < $1.key }) {
-            let byA = sides.byA ?? false, byB = sides.byB ?? false
-            if merging { try rows.mergeEdge(edge, byA: byA, byB: byB) } else { try rows.saveEdge(edge, byA: byA, byB: byB) }
-        }
-        for (friend, first) in mentions.sorted(by: { $0.key < $1.key }) { try rows.mention(friend, first) }
+        try write(edges: edges, mentions: mentions, rows)
     }
 
     // MARK: Rows
 
     /// Binding and decoding of `friend_snapshots`, `friend_edges` and `friend_mentions` rows.
     struct Rows {
-        private let loadSnapshot, insertSnapshot, updateSnapshot, saveEdge_, setSides_, mergeEdge_, unnameEdge_, dropEdge_,
-            mention_: BulkStatement
+        private let loadSnapshot, insertSnapshot, updateSnapshot, setSides_, unnameEdge_, dropEdge_, mention_: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadSnapshot = try BulkStatement(cached: db, """
@@ -144,7 +144,6 @@ enum FriendsProjection: Projection {
             updateSnapshot = try BulkStatement(cached: db, """
                 UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
                 """)
-            saveEdge_ = try BulkStatement(cached: db, "INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)")
             // The sides a fold changed (NULL: unchanged), without reading the row first; an
             // upsert, not INSERT OR REPLACE, which would delete and reinsert the row and so its
             // entry in the index on `b`.
@@ -158,10 +157,6 @@ enum FriendsProjection: Projection {
                 """)
             unnameEdge_ = try BulkStatement(cached: db, """
                 UPDATE \(t.edges) SET by_a = coalesce(?3, by_a), by_b = coalesce(?4, by_b) WHERE a = ?1 AND b = ?2
-                """)
-            mergeEdge_ = try BulkStatement(cached: db, """
-                INSERT INTO \(t.edges) (a, b, by_a, by_b) VALUES (?, ?, ?, ?)
-                ON CONFLICT(a, b) DO UPDATE SET by_a = max(by_a, excluded.by_a), by_b = max(by_b, excluded.by_b)
                 """)
             // The earliest mention wins, whichever transaction or partition brings it.
             mention_ = try BulkStatement(cached: db, """
@@ -187,10 +182,6 @@ enum FriendsProjection: Projection {
             }
         }
 
-        func saveEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
-            try saveEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
-        }
-
         /// Sets the sides a fold changed. Naming only: an upsert. Unnaming: the edge goes when
         /// no side names it any more, else it loses that side; an edge not stored stays absent.
         func setSides(_ e: Edge, _ sides: Sides) throws {
@@ -202,10 +193,6 @@ enum FriendsProjection: Projection {
             } else if try dropEdge_.run(bind) == 0 {
                 try unnameEdge_.run(bind)
             }
-        }
-
-        func mergeEdge(_ e: Edge, byA: Bool, byB: Bool) throws {
-            try mergeEdge_.run { $0.add(e.a); $0.add(e.b); $0.add(byA); $0.add(byB) }
         }
 
         func mention(_ asid: String, _ first: EventKey) throws {

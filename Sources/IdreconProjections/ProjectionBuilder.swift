@@ -65,7 +65,7 @@ package struct ProjectionBuilder {
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
             let devices = Self.fold(devices: facts.takeDevices(), takeAll(&otherDevices))
-            progress(try write(facts, devices: { devices }, merging: false, into: pool))
+            progress(try write(facts, devices: { devices }, into: pool))
         case .spilled(let first, let second, let partitions):
             var done: Int64 = 0
             for partition in 0..<partitions {
@@ -75,7 +75,7 @@ package struct ProjectionBuilder {
                 var facts = Facts()
                 try first.takeLogins(partition, into: &facts)
                 try second.takeLogins(partition, into: &facts)
-                done += try write(facts, devices: { try devices.result().get() }, merging: true, into: pool)
+                done += try write(facts, devices: { try devices.result().get() }, into: pool)
                 progress(done)
             }
         }
@@ -84,15 +84,15 @@ package struct ProjectionBuilder {
     /// Folds one partition's ASIDs and loads their rows and then the devices' (`devices`
     /// waits for them if they are being folded on the other core). Returns the
     /// partition's events.
-    private func write(_ facts: consuming Facts, devices: () throws -> FoldedDevices, merging: Bool, into pool: DatabasePool) throws -> Int64 {
-        var output = PartitionOutput(merging: merging)
+    private func write(_ facts: consuming Facts, devices: () throws -> FoldedDevices, into pool: DatabasePool) throws -> Int64 {
+        var output = PartitionOutput()
         fold(asids: facts.asids, into: &output)
         output.mentions = facts.mentions
         facts = Facts()
         var events = 0
         try pool.write { db in
             try IdentitiesProjection.writeBulk(output.asids, db, tables)
-            try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, merging: merging, db, tables)
+            try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, db, tables)
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
             for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: nil) }
@@ -351,16 +351,13 @@ package final class Handoff<T>: @unchecked Sendable {
 }
 
 /// The rows one partition contributes. Devices and ASIDs belong to exactly one partition;
-/// edges and mentions can be contributed by several, so with more than one partition they
-/// are merged into what earlier partitions loaded.
+/// edges and mentions can be contributed by several, so they are merged into what earlier
+/// partitions loaded.
 private struct PartitionOutput {
-    let merging: Bool
     var devices: [FoldedDevice] = []
     var asids: [(asid: String, fold: IdentitiesProjection.Fold)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
     var mentions: [String: EventKey] = [:]
-
-    init(merging: Bool) { self.merging = merging }
 }
 
 /// Runs `a` on the calling thread (so it may use the caller's database connection) while

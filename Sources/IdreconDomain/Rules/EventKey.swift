@@ -74,6 +74,18 @@ public enum LinkKey {
     }
 }
 
+extension Optional where Wrapped == String {
+    /// Byte equality of optional texts: both absent, or both present with the same bytes.
+    @inlinable
+    public func sameBytes(as other: String?) -> Bool {
+        switch (self, other) {
+        case let (a?, b?): a.sameBytes(as: b)
+        case (nil, nil): true
+        default: false
+        }
+    }
+}
+
 extension String {
     /// Whether both hold the same UTF-8 bytes: "the same data". Swift's `==` instead treats
     /// canonically equivalent texts (`é` and `e` + U+0301) as equal.
