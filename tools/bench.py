@@ -53,6 +53,78 @@ def consumed_records(path):
         return 0  # not created or migrated yet
 
 
+def file_records(path):
+    """Records a file ingest has committed (its stored positions), 0 before it starts."""
+    if not os.path.exists(path):
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
+            row = conn.execute("SELECT sum(records) FROM consumed_positions WHERE source LIKE 'file:%'").fetchone()
+            return row[0] or 0
+    except sqlite3.OperationalError:
+        return 0
+
+
+class Progress:
+    """Samples a running ingest's committed records (read-only, every 0.25 s) to give the rate
+    of each successive million records: whether the cost per event stays flat as the log grows."""
+
+    def __init__(self, path):
+        self.path, self.samples, self.stop = path, [], threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.start = time.monotonic()
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.wait(0.25):
+            self.samples.append((time.monotonic(), file_records(self.path)))
+
+    def rates(self, total, step=1_000_000):
+        """Records per second of each step of `total` records; the last step ends with the process."""
+        self.stop.set()
+        self.thread.join()
+        end = time.monotonic()
+        marks, previous = [self.start], (self.start, 0)
+        for k in range(1, total // step + 1):
+            goal = k * step
+            for t, done in self.samples:
+                if done >= goal:
+                    (t0, d0) = previous
+                    marks.append(t0 + (t - t0) * (goal - d0) / max(1, done - d0))  # interpolated
+                    break
+                previous = (t, done)
+            else:
+                break
+        rates = [step / (b - a) for a, b in zip(marks, marks[1:])]
+        rest = total - (len(marks) - 1) * step
+        if rest > 0:
+            rates.append(rest / (end - marks[-1]))
+        return rates
+
+
+def audit_rate(db_path, access_export, n, calls_path):
+    """Audits n generated calls against db_path; returns (calls/s, peak RSS MB)."""
+    if not os.path.exists(calls_path):
+        subprocess.run(["python3", os.path.join(ROOT, "tools", "gen_calls.py"), access_export, str(n), calls_path], check=True)
+    start = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", os.path.join(OUT, "audit.time"), os.path.join(BIN, "idrecon"),
+                        "audit", "calls", calls_path, "--db", db_path, "--strict", "--format", "csv"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"audit failed: {p.stderr}")
+    return n / (time.monotonic() - start), int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
+
+
+def generated(n):
+    """The cached generated stream of n events (seed 1) and its line count."""
+    events = os.path.join(OUT, f"events-{n}.jsonl")
+    if not os.path.exists(events) or os.path.getsize(events) == 0:
+        print(f"generating {n} events into {events} (cached)", file=sys.stderr)
+        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", str(n), "--seed", "1", "--output", events,
+                        "--manifest", os.path.join(OUT, f"manifest-{n}.json")], check=True)
+    return events, sum(1 for _ in open(events, "rb"))
+
+
 def idrecon(*args):
     return subprocess.run([os.path.join(BIN, "idrecon"), *args], capture_output=True, text=True)
 
@@ -63,13 +135,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="100k events smoke run")
     a = ap.parse_args()
     n = 100_000 if a.quick else a.events
+    small = 1_000_000
     os.makedirs(OUT, exist_ok=True)
-    events = os.path.join(OUT, f"events-{n}.jsonl")
-    if not os.path.exists(events) or os.path.getsize(events) == 0:
-        print(f"generating {n} events into {events} (cached)", file=sys.stderr)
-        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", str(n), "--seed", "1", "--output", events,
-                        "--manifest", os.path.join(OUT, f"manifest-{n}.json")], check=True)
-    lines = sum(1 for _ in open(events, "rb"))
+    events, lines = generated(n)
     for f in os.listdir(OUT):
         if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock")):
             os.remove(os.path.join(OUT, f))
@@ -86,8 +154,10 @@ def main():
     r["raw_append_eps"], r["raw_append_rss_mb"] = lines / raw["seconds"], rss
 
     print("idrecon ingest (projections on) ...", file=sys.stderr)
+    progress = Progress(db("ingest"))
     wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"])
     r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
+    r["ingest_eps_per_million"] = progress.rates(lines)
     r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
 
     print("idrecon consume from the embedded cluster, produced concurrently ...", file=sys.stderr)
@@ -167,19 +237,29 @@ def main():
         r[f"{name}_ms"] = statistics.median(samples)
 
     print("idrecon audit calls (one call per event, judged at its own time) ...", file=sys.stderr)
-    access = os.path.join(OUT, "access.jsonl")
+    access = os.path.join(OUT, f"access-{n}.jsonl")
     with open(access, "w") as f:
         f.write(idrecon("export", "access", "--db", db("ingest")).stdout)
-    calls = os.path.join(OUT, f"calls-{n}.jsonl")
-    subprocess.run(["python3", os.path.join(ROOT, "tools", "gen_calls.py"), access, str(n), calls], check=True)
-    start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", os.path.join(OUT, "audit.time"), os.path.join(BIN, "idrecon"),
-                        "audit", "calls", calls, "--db", db("ingest"), "--strict", "--format", "csv"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1):
-        sys.exit(f"audit failed: {p.stderr}")
-    r["audit_calls_per_s"] = n / (time.monotonic() - start)
-    r["audit_rss_mb"] = int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
+    r["audit_calls_per_s"], r["audit_rss_mb"] = audit_rate(db("ingest"), access, n, os.path.join(OUT, f"calls-{n}.jsonl"))
+
+    if n > small:
+        # The same measures at 1M in this run, on the 1M stream: is the cost per event flat?
+        print("at 1M, for the ratios: ingest, replay, audit calls ...", file=sys.stderr)
+        events1, lines1 = generated(small)
+        wall, _, _, _ = timed("ingest-1M", [os.path.join(BIN, "idrecon"), "ingest", events1, "--db", db("ingest-1M"), "--format", "json"])
+        r["ingest_1m_eps"] = lines1 / wall
+        r["ingest_1m_written_bytes_per_event"] = WRITTEN["ingest-1M"] / small
+        _, _, _, err = timed("replay-1M", [os.path.join(BIN, "idrecon"), "replay", "--db", db("ingest-1M"), "--format", "json"])
+        m = re.search(r"(\d+) events in ([\d.]+) s", err)
+        r["replay_1m_eps"] = int(m.group(1)) / float(m.group(2))
+        access1 = os.path.join(OUT, f"access-{small}.jsonl")
+        with open(access1, "w") as f:
+            f.write(idrecon("export", "access", "--db", db("ingest-1M")).stdout)
+        r["audit_1m_calls_per_s"], _ = audit_rate(db("ingest-1M"), access1, small, os.path.join(OUT, f"calls-{small}.jsonl"))
+        r["ingest_over_1m"] = r["ingest_eps"] / r["ingest_1m_eps"]
+        r["replay_over_1m"] = r["replay_eps"] / r["replay_1m_eps"]
+        r["audit_over_1m"] = r["audit_calls_per_s"] / r["audit_1m_calls_per_s"]
+        r["written_over_1m"] = (WRITTEN["ingest"] / n) / r["ingest_1m_written_bytes_per_event"]
 
     for name in ("baseline", "ingest", "consume", "replay"):
         r[f"{name}_written_bytes_per_event"] = WRITTEN[name] / n
@@ -210,6 +290,19 @@ def main():
         ("replay / DuckDB", f"{r['replay_over_duckdb']:.2f}x", ""),
         ("DuckDB exports equal idrecon's", " ".join(k for k, v in r["duckdb_exports_equal"].items() if v) or "none", ""),
     ]
+    rates = r["ingest_eps_per_million"]
+    if len(rates) > 1:
+        rows.append(("ingest, each million records", " ".join(f"{x / 1000:.1f}k" for x in rates), ""))
+        rows.append(("ingest: last million / first", f"{rates[-1] / rates[0]:.2f}x", ""))
+    if n > small:
+        rows += [
+            ("at 1M: ingest · replay · audit", f"{r['ingest_1m_eps']:,.0f} · {r['replay_1m_eps']:,.0f} · "
+             f"{r['audit_1m_calls_per_s']:,.0f}", ""),
+            ("ingest / its 1M rate", f"{r['ingest_over_1m']:.2f}x", ""),
+            ("replay / its 1M rate", f"{r['replay_over_1m']:.2f}x", ""),
+            ("audit calls / its 1M rate", f"{r['audit_over_1m']:.2f}x", ""),
+            ("ingest bytes written / 1M's", f"{r['written_over_1m']:.2f}x", ""),
+        ]
     print(f"\n{n:,} events ({lines:,} lines) on {r['machine']}")
     print(f"| {'measure':<40} | {'value':>16} | {'peak RSS':>8} |\n|{'-'*42}|{'-'*18}|{'-'*10}|")
     for name, value, rss in rows:

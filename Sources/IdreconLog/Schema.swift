@@ -244,6 +244,55 @@ package enum Schema {
                 CREATE INDEX events_asid_login ON events(seq >> 18, asid_key, occurred_at) WHERE type = 'login';
                 """)
         }
+        migrator.registerMigration("v8-access-history") { db in
+            // Each ASID's latest login and the spans during which its latest login is limited,
+            // so that access at any time needs no walk of the log's tiers (README, "Graph
+            // access"). Created in the live generation and filled from the events it has
+            // folded (`applied_seq`); a replay builds them like every projection table. `_gN`
+            // stands for the live generation's suffix, the one value not written out here.
+            let generation = try Int.fetchOne(db, sql: "SELECT generation FROM projection_meta WHERE id = 1") ?? 1
+            try db.execute(sql: """
+                CREATE TABLE asid_last_logins_gN (
+                    asid       TEXT PRIMARY KEY,
+                    last_at    INTEGER NOT NULL,
+                    last_event TEXT NOT NULL,
+                    tracking   TEXT NOT NULL CHECK (tracking IN ('enabled', 'limited'))
+                ) STRICT, WITHOUT ROWID;
+
+                CREATE TABLE asid_limited_spans_gN (
+                    asid       TEXT NOT NULL,
+                    from_at    INTEGER NOT NULL,
+                    from_event TEXT NOT NULL,
+                    to_at      INTEGER,
+                    to_event   TEXT,
+                    app_id     TEXT NOT NULL,
+                    device_id  TEXT NOT NULL,
+                    PRIMARY KEY (asid, from_at, from_event),
+                    CHECK ((to_at IS NULL) = (to_event IS NULL))
+                ) STRICT, WITHOUT ROWID;
+
+                CREATE TEMP TABLE v8_logins AS
+                SELECT asid, occurred_at, event_id, tracking, app_id, device_id,
+                       lead(occurred_at) OVER w AS next_at, lead(event_id) OVER w AS next_event,
+                       row_number() OVER (PARTITION BY asid ORDER BY occurred_at DESC, event_id DESC) AS from_last
+                FROM events
+                WHERE type = 'login' AND seq <= (SELECT applied_seq FROM projection_meta WHERE id = 1)
+                WINDOW w AS (PARTITION BY asid ORDER BY occurred_at, event_id);
+
+                INSERT INTO asid_last_logins_gN (asid, last_at, last_event, tracking)
+                SELECT asid, occurred_at, event_id, tracking FROM v8_logins WHERE from_last = 1 ORDER BY asid;
+
+                INSERT INTO asid_limited_spans_gN (asid, from_at, from_event, to_at, to_event, app_id, device_id)
+                SELECT asid, occurred_at, event_id, next_at, next_event, app_id, device_id FROM v8_logins
+                WHERE tracking = 'limited' ORDER BY asid, occurred_at, event_id;
+
+                DROP TABLE v8_logins;
+
+                CREATE VIEW asid_last_logins AS SELECT * FROM asid_last_logins_gN;
+
+                CREATE VIEW asid_limited_spans AS SELECT * FROM asid_limited_spans_gN;
+                """.replacingOccurrences(of: "_gN", with: "_g" + String(generation)))
+        }
         return migrator
     }
 }

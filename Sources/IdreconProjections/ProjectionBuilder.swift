@@ -92,6 +92,7 @@ package struct ProjectionBuilder {
         var events = 0
         try pool.write { db in
             try IdentitiesProjection.writeBulk(output.asids, db, tables)
+            try AccessProjection.writeBulk(output.access, db, tables)
             try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, db, tables)
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
@@ -118,11 +119,15 @@ package struct ProjectionBuilder {
     }
 
     /// Everything the projections keep of one ASID's logins: the identity fold and the
-    /// friend snapshot, both independent of the order logins are added in.
+    /// friend snapshot, both independent of the order logins are added in, and the logins
+    /// the access history is folded from once all are in (enabled ones as keys only: most
+    /// logins are, and a partition holds a million).
     package struct ASIDAggregate {
         var identity: IdentitiesProjection.Fold
         var snapshot = FriendSnapshot()
         var hasSnapshot = false
+        var enabledLogins: [EventKey] = []
+        var limitedLogins: [AccessProjection.Login] = []
 
         init(firstLogin: EventKey) { identity = IdentitiesProjection.Fold(firstLogin: firstLogin) }
 
@@ -133,6 +138,25 @@ package struct ProjectionBuilder {
                 snapshot.apply(key: login.key, friends: friends, declinesFriends: login.declinesFriends)
                 hasSnapshot = true
             }
+            if login.limited {
+                limitedLogins.append(AccessProjection.Login(key: login.key, limited: true, app: login.app, device: login.device))
+            } else {
+                enabledLogins.append(login.key)
+            }
+        }
+
+        /// Adds another aggregate of the same ASID (from another part of the log).
+        mutating func merge(_ other: ASIDAggregate) {
+            identity.merge(other.identity)
+            if let listed = other.snapshot.listedAt { snapshot.apply(key: listed, friends: other.snapshot.friends, declinesFriends: false) }
+            if let declined = other.snapshot.declinedAt { snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
+            hasSnapshot = hasSnapshot || other.hasSnapshot
+            enabledLogins += other.enabledLogins
+            limitedLogins += other.limitedLogins
+        }
+
+        var access: AccessProjection.Fold {
+            AccessProjection.Fold.of(limitedLogins + enabledLogins.map { AccessProjection.Login(key: $0, limited: false, app: "", device: "") })
         }
     }
 
@@ -140,6 +164,10 @@ package struct ProjectionBuilder {
     package struct LoginRow {
         var asid: String
         var key: EventKey
+        var limited: Bool
+        /// Where a limited login came from (the access history's evidence); empty for enabled ones.
+        var app: String
+        var device: String
         var email: String?
         var tfb: String?
         /// The friend list as logged: ASIDs joined by ','; nil when absent.
@@ -187,10 +215,7 @@ package struct ProjectionBuilder {
                     asids[asid] = theirs
                     continue
                 }
-                mine.identity.merge(theirs.identity)
-                if let listed = theirs.snapshot.listedAt { mine.snapshot.apply(key: listed, friends: theirs.snapshot.friends, declinesFriends: false) }
-                if let declined = theirs.snapshot.declinedAt { mine.snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
-                mine.hasSnapshot = mine.hasSnapshot || theirs.hasSnapshot
+                mine.merge(theirs)
                 asids[asid] = mine
             }
             for (friend, first) in other.mentions { Self.lower(&mentions[friend, default: first], to: first) }
@@ -220,7 +245,8 @@ package struct ProjectionBuilder {
             }, login: { asidKey, login in
                 try logins[Int(asidKey % count)].append { out in
                     out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
-                    out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0))
+                    out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
+                    if login.limited { out.add(login.app); out.add(login.device) }
                 }
             })
             (self.devices, self.logins) = (devices, logins)
@@ -244,8 +270,10 @@ package struct ProjectionBuilder {
         func takeLogins(_ partition: Int, into facts: inout Facts) throws {
             try logins[partition]?.forEach { row in
                 let asid = row.string(), at = row.int(), eventID = row.string(), email = row.optionalString(), tfb = row.optionalString()
-                facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), email: email, tfb: tfb,
-                                   friends: row.optionalString(), declinesFriends: row.byte() == 1))
+                let friends = row.optionalString(), declinesFriends = row.byte() == 1, limited = row.byte() == 1
+                let (app, device) = limited ? (row.string(), row.string()) : ("", "")
+                facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), limited: limited, app: app, device: device,
+                                   email: email, tfb: tfb, friends: friends, declinesFriends: declinesFriends))
             }
             logins[partition] = nil
         }
@@ -265,10 +293,13 @@ package struct ProjectionBuilder {
             let type: EventType = row.string(6) == "logout" ? .logout : .login
             let asid = row.optionalString(8)
             let tracking = row.optionalString(7).flatMap(Tracking.init(rawValue:))
-            try device(DeviceRow(hash: row.int(0), app: row.string(2), device: row.string(3),
+            let app = row.string(2), deviceID = row.string(3)
+            try device(DeviceRow(hash: row.int(0), app: app, device: deviceID,
                                  fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
             guard type == .login, let asid, !row.isNull(1) else { return }
-            try login(row.int(1), LoginRow(asid: asid, key: key, email: row.optionalString(9), tfb: row.optionalString(10),
+            let limited = tracking == .limited
+            try login(row.int(1), LoginRow(asid: asid, key: key, limited: limited, app: limited ? app : "", device: limited ? deviceID : "",
+                                           email: row.optionalString(9), tfb: row.optionalString(10),
                                            friends: row.optionalString(11), declinesFriends: row.int(12) == 1))
         }
     }
@@ -320,6 +351,7 @@ package struct ProjectionBuilder {
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
         for (asid, aggregate) in asids {
             out.asids.append((asid, aggregate.identity))
+            out.access.append((asid, aggregate.access))
             if aggregate.hasSnapshot { out.snapshots.append((asid, aggregate.snapshot)) }
         }
     }
@@ -356,6 +388,7 @@ package final class Handoff<T>: @unchecked Sendable {
 private struct PartitionOutput {
     var devices: [FoldedDevice] = []
     var asids: [(asid: String, fold: IdentitiesProjection.Fold)] = []
+    var access: [(asid: String, fold: AccessProjection.Fold)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
     var mentions: [String: EventKey] = [:]
 }

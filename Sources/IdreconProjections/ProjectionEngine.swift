@@ -28,7 +28,9 @@ protocol Projection: Sendable {
 /// The registered projections, applied in this order (identities before friends: nothing
 /// depends on the order today, but it is fixed so that the writes are).
 package enum ProjectionEngine {
-    static let projections: [any Projection.Type] = [DevicesProjection.self, IdentitiesProjection.self, FriendsProjection.self]
+    static let projections: [any Projection.Type] = [
+        DevicesProjection.self, IdentitiesProjection.self, FriendsProjection.self, AccessProjection.self,
+    ]
 
     static let tableNames: [String] = projections.flatMap { $0.tables.map(\.name) }
 

@@ -28,6 +28,8 @@ package struct ProjectionTables: Sendable {
     package var snapshots: String { "friend_snapshots" + suffix }
     package var edges: String { "friend_edges" + suffix }
     package var mentions: String { "friend_mentions" + suffix }
+    package var lastLogins: String { "asid_last_logins" + suffix }
+    package var asidSpans: String { "asid_limited_spans" + suffix }
 
     /// Creates the tables only; a bulk load adds the secondary indexes afterwards.
     package func createTables(_ db: Database) throws {

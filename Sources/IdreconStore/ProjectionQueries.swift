@@ -86,22 +86,19 @@ extension EventStore {
             return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span["from_event"],
                                 evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
         }
-        let latest = try Row.fetchOne(db.cachedStatement(sql: """
-            WITH RECURSIVE \(LogKeys.tiers),
-            -- Each tier's latest login by the index's descending walk (an ASID may have
-            -- thousands of logins: sorting them all took 10 ms), then the latest of those.
-            latest(at) AS (SELECT max((SELECT max(occurred_at) FROM events
-                WHERE \(LogKeys.tierOfSeq) = tier.t AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at <= ?3)) FROM tier)
-            SELECT tracking, event_id, app_id, device_id FROM events
-            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ?1 AND type = 'login' AND asid = ?2 AND occurred_at = (SELECT at FROM latest)
-            ORDER BY event_id DESC LIMIT 1
-            """), arguments: [StableHash.key(asid), asid, t])
-        let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"), arguments: [asid, t]) != nil
-        let limited = latest.map { ($0["tracking"] as String) == Tracking.limited.rawValue }
-        let state = AccessState.decide(heldLimited: false, latestLoginLimited: limited, mentioned: mentioned)
-        return AccessAnswer(
-            asid: asid, state: state, evidenceEvent: state == .forbiddenLimited ? latest?["event_id"] : nil,
-            evidenceDevice: state == .forbiddenLimited ? latest.map { "\($0["app_id"] as String)/\($0["device_id"] as String)" } : nil)
+        // The ASID's latest limited login by t; its span ends at the ASID's next login.
+        if let login = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT from_event, to_at, app_id, device_id FROM \(tables.asidSpans)
+            WHERE asid = ? AND from_at <= ? ORDER BY from_at DESC, from_event DESC LIMIT 1
+            """), arguments: [asid, t]), (login["to_at"] as Int64?).map({ $0 > t }) ?? true {
+            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login["from_event"],
+                                evidenceDevice: "\(login["app_id"] as String)/\(login["device_id"] as String)")
+        }
+        let loggedIn = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?"),
+                                        arguments: [asid, t]) != nil
+        let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"),
+                                         arguments: [asid, t]) != nil
+        return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: loggedIn ? false : nil, mentioned: mentioned))
     }
 
     /// The user ID of an ASID, of an e-mail (any member that logged in with it) or a user ID.

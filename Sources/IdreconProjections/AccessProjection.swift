@@ -1,0 +1,182 @@
+import GRDB
+import IdreconDomain
+import IdreconLog
+
+/// Graph-access history (SPEC section 4, "Graph access"): for each ASID, the event-time
+/// spans during which its latest login is limited (`asid_limited_spans`: from each limited
+/// login to the ASID's next login, with the app and device it came from: the evidence), and
+/// its latest login (`asid_last_logins`: the fold's state, which tells a batch that
+/// continues an ASID's logins from one holding a late login). With the devices'
+/// `limited_spans`, the `asids`' first logins and the friend mentions they answer an ASID's
+/// access at any time with one seek each, whatever the size of the log (`access --as-of`,
+/// `export access`, `audit calls`).
+enum AccessProjection: Projection {
+    static let tables = [
+        (name: "asid_last_logins", primaryKey: "asid"),
+        (name: "asid_limited_spans", primaryKey: "asid, from_at, from_event"),
+    ]
+
+    static func createTables(generation g: Int) -> String {
+        """
+        CREATE TABLE asid_last_logins_g\(g) (
+            asid       TEXT PRIMARY KEY,
+            last_at    INTEGER NOT NULL,
+            last_event TEXT NOT NULL,
+            tracking   TEXT NOT NULL CHECK (tracking IN ('enabled', 'limited'))
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE asid_limited_spans_g\(g) (
+            asid       TEXT NOT NULL,
+            from_at    INTEGER NOT NULL,
+            from_event TEXT NOT NULL,
+            to_at      INTEGER,
+            to_event   TEXT,
+            app_id     TEXT NOT NULL,
+            device_id  TEXT NOT NULL,
+            PRIMARY KEY (asid, from_at, from_event),
+            CHECK ((to_at IS NULL) = (to_event IS NULL))
+        ) STRICT, WITHOUT ROWID;
+        """
+    }
+
+    /// Both tables are read by their primary keys only.
+    static func createIndexes(generation g: Int) -> String { "" }
+
+    // MARK: The fold
+
+    /// One login of an ASID as this projection sees it.
+    struct Login {
+        var key: EventKey
+        var limited: Bool
+        var app: String
+        var device: String
+    }
+
+    /// A span during which the ASID's latest login is the limited login `from`.
+    struct Span: Equatable {
+        var from: EventKey
+        var to: EventKey?
+        var app: String
+        var device: String
+    }
+
+    /// One ASID's logins folded in event time: its latest login, the spans opened, and the
+    /// stored open span (of the stored latest login, when limited) that the next login closes.
+    struct Fold {
+        private(set) var last: (key: EventKey, limited: Bool)?
+        private(set) var spans: [Span] = []
+        /// The stored open span's start and the login that closed it.
+        private(set) var closedStored: (from: EventKey, to: EventKey)?
+
+        /// An ASID with no logins yet (replay, a late login's refold, or an unknown ASID).
+        init() {}
+
+        /// Continues from the stored latest login.
+        init(continuing last: (key: EventKey, limited: Bool)) { self.last = last }
+
+        /// Adds the ASID's next login in event time.
+        mutating func add(_ login: Login) {
+            if let last, last.limited {
+                if spans.isEmpty { closedStored = (last.key, login.key) } else { spans[spans.count - 1].to = login.key }
+            }
+            if login.limited { spans.append(Span(from: login.key, to: nil, app: login.app, device: login.device)) }
+            last = (login.key, login.limited)
+        }
+
+        /// Folds logins given in any order.
+        static func of(_ logins: [Login]) -> Fold {
+            var fold = Fold()
+            for login in logins.sorted(by: { $0.key < $1.key }) { fold.add(login) }
+            return fold
+        }
+    }
+
+    // MARK: Live
+
+    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+        var byASID: [String: [Login]] = [:]
+        for fact in facts where fact.type == .login {
+            guard let asid = fact.asid, let tracking = fact.tracking else { continue }
+            byASID[asid, default: []].append(Login(key: fact.key, limited: tracking == .limited, app: fact.appID, device: fact.deviceID))
+        }
+        guard !byASID.isEmpty else { return }
+        let rows = try Rows(context.db, context.tables)
+        let refold = try BulkStatement(cached: context.db, """
+            WITH RECURSIVE \(LogKeys.tiers)
+            SELECT occurred_at, event_id, tracking, app_id, device_id FROM events
+            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ? AND type = 'login' AND asid = ? AND seq <= ?
+            """)
+        for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
+            let sorted = list.sorted { $0.key < $1.key }
+            let stored = try rows.last(asid)
+            var fold: Fold
+            if let stored, sorted[0].key < stored.key {
+                // A late login: fold the ASID's logins again from the log (which holds this
+                // batch's too), as the devices projection does for a late event.
+                var logged: [Login] = []
+                try refold.each({ $0.add(StableHash.key(asid)); $0.add(asid); $0.add(context.visibleSeq) }) { row in
+                    logged.append(Login(key: EventKey(at: row.int(0), eventID: row.string(1)), limited: row.string(2) == "limited",
+                                        app: row.string(3), device: row.string(4)))
+                }
+                fold = Fold.of(logged)
+                try rows.deleteSpans(asid)
+            } else {
+                fold = stored.map(Fold.init(continuing:)) ?? Fold()
+                for login in sorted { fold.add(login) }
+            }
+            try rows.write(asid, fold)
+        }
+    }
+
+    // MARK: Bulk
+
+    /// Writes a partition's folded ASIDs (replay), in key order.
+    static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
+        let rows = try Rows(db, t)
+        for (asid, fold) in folds.sorted(by: { $0.asid < $1.asid }) { try rows.write(asid, fold) }
+    }
+
+    // MARK: Rows
+
+    /// Binding and decoding of `asid_last_logins` and `asid_limited_spans` rows: the only
+    /// place that lists their columns.
+    struct Rows {
+        private let loadLast, saveLast, insertSpan, closeSpan, deleteSpans_: BulkStatement
+
+        init(_ db: Database, _ t: ProjectionTables) throws {
+            loadLast = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
+            saveLast = try BulkStatement(cached: db, """
+                INSERT INTO \(t.lastLogins) (asid, last_at, last_event, tracking) VALUES (?, ?, ?, ?)
+                ON CONFLICT (asid) DO UPDATE SET last_at = excluded.last_at, last_event = excluded.last_event, tracking = excluded.tracking
+                """)
+            insertSpan = try BulkStatement(cached: db, """
+                INSERT INTO \(t.asidSpans) (asid, from_at, from_event, to_at, to_event, app_id, device_id) VALUES (?, ?, ?, ?, ?, ?, ?)
+                """)
+            closeSpan = try BulkStatement(cached: db, """
+                UPDATE \(t.asidSpans) SET to_at = ?, to_event = ? WHERE asid = ? AND from_at = ? AND from_event = ?
+                """)
+            deleteSpans_ = try BulkStatement(cached: db, "DELETE FROM \(t.asidSpans) WHERE asid = ?")
+        }
+
+        func last(_ asid: String) throws -> (key: EventKey, limited: Bool)? {
+            try loadLast.first({ $0.add(asid) }) { (EventKey(at: $0.int(0), eventID: $0.string(1)), $0.string(2) == "limited") }
+        }
+
+        /// Writes a fold: its latest login, the stored span it closed and the spans it opened.
+        func write(_ asid: String, _ fold: Fold) throws {
+            guard let last = fold.last else { return }
+            try saveLast.run { $0.add(asid); $0.add(last.key.at); $0.add(last.key.eventID); $0.add(last.limited ? "limited" : "enabled") }
+            if let closed = fold.closedStored {
+                try closeSpan.run { $0.add(closed.to.at); $0.add(closed.to.eventID); $0.add(asid); $0.add(closed.from.at); $0.add(closed.from.eventID) }
+            }
+            for span in fold.spans {
+                try insertSpan.run {
+                    $0.add(asid); $0.add(span.from.at); $0.add(span.from.eventID); $0.add(span.to?.at); $0.add(span.to?.eventID)
+                    $0.add(span.app); $0.add(span.device)
+                }
+            }
+        }
+
+        func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }
+    }
+}
