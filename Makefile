@@ -21,9 +21,9 @@ build: deps
 	$(SWIFT) build
 
 release: deps
-	$(SWIFT) build -c release --product idrecon
-	$(SWIFT) build -c release --product idrecon-gen
-	$(SWIFT) build -c release --product idrecon-bench
+	$(SWIFT) build -c release --product idrecon --static-swift-stdlib
+	$(SWIFT) build -c release --product idrecon-gen --static-swift-stdlib
+	$(SWIFT) build -c release --product idrecon-bench --static-swift-stdlib
 
 ## test: build everything and run every test.
 test: deps

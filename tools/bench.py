@@ -104,8 +104,12 @@ class Progress:
 
 def audit_rate(db_path, access_export, n, calls_path):
     """Audits n generated calls against db_path; returns (calls/s, peak RSS MB)."""
-    if not os.path.exists(calls_path):
-        subprocess.run(["python3", os.path.join(ROOT, "tools", "gen_calls.py"), access_export, str(n), calls_path], check=True)
+    # Calls at random times over the whole stream (made anew: the database decides the range), so
+    # that 1M and 10M audits judge the same mix of states.
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        first, last = conn.execute("SELECT min(occurred_at), max(occurred_at) FROM events").fetchone()
+    subprocess.run(["python3", os.path.join(ROOT, "tools", "gen_calls.py"), access_export, str(n), calls_path, "7",
+                    str(first), str(last)], check=True)
     start = time.monotonic()
     p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", os.path.join(OUT, "audit.time"), os.path.join(BIN, "idrecon"),
                         "audit", "calls", calls_path, "--db", db_path, "--strict", "--format", "csv"],

@@ -50,23 +50,31 @@ public struct AuditPolicy: Sendable {
 
 extension EventStore {
     /// Judges each call at its own `called_at` from the indexed projections (no replay).
-    /// Returns the violations, in call order.
+    /// Returns the violations, in call order. The calls are judged in ASID order: lookups of
+    /// neighbouring keys share B-tree pages, so a large batch reads each page about once
+    /// instead of once per call (at 10M events the tables it reads are ten times larger than
+    /// SQLite's page cache).
     public func audit(_ calls: [GraphCall], policy: AuditPolicy) throws(IdreconError) -> [Violation] {
         try read { db in
             let state = try ProjectionState.load(db)
-            var violations: [Violation] = []
-            for call in calls {
+            var violations: [(index: Int, violation: Violation)] = []
+            let order = calls.indices.sorted { i, j in
+                calls[i].asid.sameBytes(as: calls[j].asid) ? i < j : calls[i].asid.bytesPrecede(calls[j].asid)
+            }
+            for index in order {
+                let call = calls[index]
+                func flag(_ violation: Violation) { violations.append((index, violation)) }
                 let answer = try Self.access(db, call.asid, asOf: call.calledAt)
                 switch answer.state {
                 case .forbiddenLimited:
-                    violations.append(Violation(call: call, kind: .limited, state: answer.state, limitedASID: call.asid,
-                                                evidenceEvent: answer.evidenceEvent, evidenceDevice: answer.evidenceDevice))
+                    flag(Violation(call: call, kind: .limited, state: answer.state, limitedASID: call.asid,
+                                   evidenceEvent: answer.evidenceEvent, evidenceDevice: answer.evidenceDevice))
                     continue
                 case .forbiddenUnknown where policy.strict:
-                    violations.append(Violation(call: call, kind: .unknown, state: answer.state))
+                    flag(Violation(call: call, kind: .unknown, state: answer.state))
                     continue
                 case .unseen where policy.strict:
-                    violations.append(Violation(call: call, kind: .unseen, state: answer.state))
+                    flag(Violation(call: call, kind: .unseen, state: answer.state))
                     continue
                 default:
                     break
@@ -75,13 +83,13 @@ extension EventStore {
                 for member in try Self.identityMembers(db, of: call.asid, at: call.calledAt, config: state.config).sorted() where member != call.asid {
                     let m = try Self.access(db, member, asOf: call.calledAt)
                     if m.state == .forbiddenLimited {
-                        violations.append(Violation(call: call, kind: .identity, state: answer.state, limitedASID: member,
-                                                    evidenceEvent: m.evidenceEvent, evidenceDevice: m.evidenceDevice))
+                        flag(Violation(call: call, kind: .identity, state: answer.state, limitedASID: member,
+                                       evidenceEvent: m.evidenceEvent, evidenceDevice: m.evidenceDevice))
                         break
                     }
                 }
             }
-            return violations
+            return violations.sorted { $0.index < $1.index }.map(\.violation)
         }
     }
 

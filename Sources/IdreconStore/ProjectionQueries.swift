@@ -79,6 +79,14 @@ extension EventStore {
 
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
         let t = asOf ?? .max
+        // Every limited span starts at a login of this ASID: with none by t, only a friend list
+        // can have named it (and the span tables, the largest, are not read).
+        guard try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?"),
+                               arguments: [asid, t]) != nil else {
+            let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"),
+                                             arguments: [asid, t]) != nil
+            return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
+        }
         if let span = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT app_id, device_id, from_event FROM \(tables.spans)
             WHERE asid = ? AND from_at <= ? AND (to_at IS NULL OR to_at > ?) ORDER BY from_at, from_event LIMIT 1
@@ -94,11 +102,7 @@ extension EventStore {
             return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login["from_event"],
                                 evidenceDevice: "\(login["app_id"] as String)/\(login["device_id"] as String)")
         }
-        let loggedIn = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?"),
-                                        arguments: [asid, t]) != nil
-        let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"),
-                                         arguments: [asid, t]) != nil
-        return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: loggedIn ? false : nil, mentioned: mentioned))
+        return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
     }
 
     /// The user ID of an ASID, of an e-mail (any member that logged in with it) or a user ID.

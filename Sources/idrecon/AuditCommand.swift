@@ -10,6 +10,12 @@ struct AuditCommand: AsyncParsableCommand {
         subcommands: [Calls.self])
 
     struct Calls: AsyncParsableCommand {
+        /// Calls judged together: the store judges a batch in ASID order, and a larger batch
+        /// shares more pages between neighbouring lookups (1M calls: 2,000 a batch 17.2 s, 32,768
+        /// 15.7 s over 1M events; 26.1 → 23.4 s over 10M). Memory: the batch, and for JSON
+        /// output the calls as read.
+        static let batch = 32_768
+
         static let configuration = CommandConfiguration(
             abstract: "Judge Graph-API calls against the access state of their ASID at the time of each call.",
             discussion: """
@@ -81,7 +87,7 @@ struct AuditCommand: AsyncParsableCommand {
                     total += 1
                     calls.append(call)
                     if let raw, output.resolved == .json { raws[call.line] = raw }
-                    if calls.count >= 2000 { try judge() }
+                    if calls.count >= Self.batch { try judge() }
                 }
                 buffer.removeSubrange(..<start)
             }

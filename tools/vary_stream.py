@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Turns a generated stream into another workload for benchmarks: more Limited Login and
+random UUID event IDs. Usage: vary_stream.py IN OUT [--limited P] [--uuid] [--seed S]
+
+--limited P: a classic login that may be limited (not tvOS, not device_login) becomes limited
+with probability P (token type, permissions and token_for_business made to fit).
+--uuid: every event_id becomes a random UUID (the same for every copy of an event)."""
+import argparse, json, random, uuid
+
+LIMITED_OK = {"public_profile", "email", "gaming_profile", "gaming_user_picture", "user_age_range", "user_birthday",
+              "user_friends", "user_gender", "user_hometown", "user_link", "user_location", "user_messenger_contact"}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("input")
+ap.add_argument("output")
+ap.add_argument("--limited", type=float, default=0.0)
+ap.add_argument("--uuid", action="store_true")
+ap.add_argument("--seed", type=int, default=3)
+a = ap.parse_args()
+rng = random.Random(a.seed)
+ids = {}
+with open(a.input, "rb") as src, open(a.output, "w") as out:
+    for raw in src:
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            out.write(raw.decode("utf-8", "replace").rstrip("\n") + "\n")
+            continue
+        if not isinstance(e, dict):
+            out.write(raw.decode("utf-8", "replace").rstrip("\n") + "\n")
+            continue
+        key = e.get("event_id")
+        if a.uuid and isinstance(key, str):
+            if key not in ids:
+                ids[key] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            e["event_id"] = ids[key]
+        if (a.limited and e.get("type", "login") == "login" and e.get("tracking") == "enabled"
+                and e.get("platform", "ios") != "tvos" and e.get("flow") != "device_login"):
+            # Decided per event ID, so duplicates stay identical.
+            if random.Random(f"{a.seed}:{key}").random() < a.limited:
+                e["tracking"], e["token_type"] = "limited", "authentication_token"
+                e.pop("token_for_business", None)
+                if isinstance(e.get("granted_permissions"), list):
+                    e["granted_permissions"] = [p for p in e["granted_permissions"] if p in LIMITED_OK]
+        out.write(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n")
