@@ -41,28 +41,17 @@ def timed(name, cmd, **kw):
     return wall, rss, out, err
 
 
-def consumed_records(path):
-    """Records the consumer has committed (its stored Kafka positions), 0 before it starts."""
+def committed_records(path, kind):
+    """Records a consumer (kind "kafka") or a file ingest ("file") has committed to the database at
+    path (its stored positions), read-only; 0 before it starts."""
     if not os.path.exists(path):
         return 0
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
-            row = conn.execute("SELECT sum(records) FROM consumed_positions WHERE source LIKE 'kafka:%'").fetchone()
+            row = conn.execute("SELECT sum(records) FROM consumed_positions WHERE source LIKE ?", (kind + ":%",)).fetchone()
             return row[0] or 0
     except sqlite3.OperationalError:
         return 0  # not created or migrated yet
-
-
-def file_records(path):
-    """Records a file ingest has committed (its stored positions), 0 before it starts."""
-    if not os.path.exists(path):
-        return 0
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
-            row = conn.execute("SELECT sum(records) FROM consumed_positions WHERE source LIKE 'file:%'").fetchone()
-            return row[0] or 0
-    except sqlite3.OperationalError:
-        return 0
 
 
 class Progress:
@@ -77,7 +66,7 @@ class Progress:
 
     def run(self):
         while not self.stop.wait(0.25):
-            self.samples.append((time.monotonic(), file_records(self.path)))
+            self.samples.append((time.monotonic(), committed_records(self.path, "file")))
 
     def rates(self, total, step=1_000_000):
         """Records per second of each step of `total` records; the last step ends with the process."""
@@ -179,7 +168,7 @@ def main():
     # Progress is read straight from the consumer's database (read-only, WAL): spawning a
     # process per poll would take CPU from the consumer being measured.
     while True:
-        done = consumed_records(db("consume"))
+        done = committed_records(db("consume"), "kafka")
         if done > 0 and started is None:
             started = time.monotonic()
         if done >= lines:

@@ -83,10 +83,12 @@ enum AccessProjection: Projection {
             last = (login.key, login.limited)
         }
 
-        /// Folds logins given in any order.
-        static func of(_ logins: [Login]) -> Fold {
+        /// Folds logins given in any order; `latest` is the ASID's latest login when `logins`
+        /// leave out enabled logins that precede every limited one (replay's aggregate).
+        static func of(_ logins: [Login], latest: (key: EventKey, limited: Bool)? = nil) -> Fold {
             var fold = Fold()
             for login in logins.sorted(by: { $0.key < $1.key }) { fold.add(login) }
+            if let latest, fold.last.map({ $0.key < latest.key }) ?? true { fold.last = latest }
             return fold
         }
     }
@@ -101,11 +103,6 @@ enum AccessProjection: Projection {
         }
         guard !byASID.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
-        let refold = try BulkStatement(cached: context.db, """
-            WITH RECURSIVE \(LogKeys.tiers)
-            SELECT occurred_at, event_id, tracking, app_id, device_id FROM events
-            WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ? AND type = 'login' AND asid = ? AND seq <= ?
-            """)
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
             let sorted = list.sorted { $0.key < $1.key }
             let stored = try rows.last(asid)
@@ -113,12 +110,7 @@ enum AccessProjection: Projection {
             if let stored, sorted[0].key < stored.key {
                 // A late login: fold the ASID's logins again from the log (which holds this
                 // batch's too), as the devices projection does for a late event.
-                var logged: [Login] = []
-                try refold.each({ $0.add(StableHash.key(asid)); $0.add(asid); $0.add(context.visibleSeq) }) { row in
-                    logged.append(Login(key: EventKey(at: row.int(0), eventID: row.string(1)), limited: row.string(2) == "limited",
-                                        app: row.string(3), device: row.string(4)))
-                }
-                fold = Fold.of(logged)
+                fold = Fold.of(try rows.logged(asid, upTo: context.visibleSeq))
                 try rows.deleteSpans(asid)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
@@ -130,10 +122,60 @@ enum AccessProjection: Projection {
 
     // MARK: Bulk
 
-    /// Writes a partition's folded ASIDs (replay), in key order.
-    static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
+    /// One ASID's logins as replay gathers them from a partition of the log, in any order.
+    ///
+    /// The history needs each limited login's successor, so it needs the enabled logins after
+    /// the earliest limited one; a partition holds a million logins, most of ASIDs that are
+    /// never limited. So every limited login is kept, and the enabled logins read after the
+    /// ASID's first limited one; of the enabled logins read before, only the latest key. In a
+    /// log in roughly event-time order those all precede every limited login and the kept
+    /// logins fold exactly (`isComplete`); otherwise (a limited login logged after a later
+    /// enabled one) the ASID is folded from the log instead.
+    struct Logins {
+        private var latest: (key: EventKey, limited: Bool)
+        private var enabled: [EventKey] = []
+        private var limited: [Login] = []
+        /// The latest of the enabled logins not kept.
+        private var droppedLatest: EventKey?
+
+        init(firstLogin: EventKey) { latest = (firstLogin, false) }
+
+        mutating func add(_ login: Login) {
+            if latest.key <= login.key { latest = (login.key, login.limited) }
+            if login.limited {
+                limited.append(login)
+            } else if !limited.isEmpty {
+                enabled.append(login.key)
+            } else if droppedLatest.map({ $0 < login.key }) ?? true {
+                droppedLatest = login.key
+            }
+        }
+
+        /// Adds the logins of another part of the log.
+        mutating func merge(_ other: Logins) {
+            if latest.key < other.latest.key { latest = other.latest }
+            enabled += other.enabled
+            limited += other.limited
+            if let theirs = other.droppedLatest, droppedLatest.map({ $0 < theirs }) ?? true { droppedLatest = theirs }
+        }
+
+        /// Whether the kept logins fold to the ASID's history: every enabled login not kept
+        /// precedes every limited login.
+        var isComplete: Bool {
+            guard let dropped = droppedLatest, let earliest = limited.min(by: { $0.key < $1.key }) else { return true }
+            return dropped < earliest.key
+        }
+
+        var fold: Fold { Fold.of(limited + enabled.map { Login(key: $0, limited: false, app: "", device: "") }, latest: latest) }
+    }
+
+    /// Folds and writes a partition's ASIDs (replay) in key order, one at a time; an ASID
+    /// whose kept logins do not suffice is folded from the log's events up to `seq`.
+    static func writeBulk(_ asids: [(asid: String, logins: Logins)], upTo seq: Int64, _ db: Database, _ t: ProjectionTables) throws {
         let rows = try Rows(db, t)
-        for (asid, fold) in folds.sorted(by: { $0.asid < $1.asid }) { try rows.write(asid, fold) }
+        for (asid, logins) in asids.sorted(by: { $0.asid < $1.asid }) {
+            try rows.write(asid, logins.isComplete ? logins.fold : Fold.of(try rows.logged(asid, upTo: seq)))
+        }
     }
 
     // MARK: Rows
@@ -141,9 +183,14 @@ enum AccessProjection: Projection {
     /// Binding and decoding of `asid_last_logins` and `asid_limited_spans` rows: the only
     /// place that lists their columns.
     struct Rows {
-        private let loadLast, saveLast, insertSpan, closeSpan, deleteSpans_: BulkStatement
+        private let loadLast, saveLast, insertSpan, closeSpan, deleteSpans_, loggedLogins: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
+            loggedLogins = try BulkStatement(cached: db, """
+                WITH RECURSIVE \(LogKeys.tiers)
+                SELECT occurred_at, event_id, tracking, app_id, device_id FROM events
+                WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ? AND type = 'login' AND asid = ? AND seq <= ?
+                """)
             loadLast = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
             saveLast = try BulkStatement(cached: db, """
                 INSERT INTO \(t.lastLogins) (asid, last_at, last_event, tracking) VALUES (?, ?, ?, ?)
@@ -178,5 +225,16 @@ enum AccessProjection: Projection {
         }
 
         func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }
+
+        /// The ASID's logins in the log up to `seq` (a late login's refold: one seek per tier
+        /// of the log, the rare path).
+        func logged(_ asid: String, upTo seq: Int64) throws -> [Login] {
+            var logins: [Login] = []
+            try loggedLogins.each({ $0.add(StableHash.key(asid)); $0.add(asid); $0.add(seq) }) { row in
+                logins.append(Login(key: EventKey(at: row.int(0), eventID: row.string(1)), limited: row.string(2) == "limited",
+                                    app: row.string(3), device: row.string(4)))
+            }
+            return logins
+        }
     }
 }

@@ -17,9 +17,11 @@ package struct ProjectionBuilder {
     let config: IdentityConfig
     /// Events per partition: a partition's facts are held in memory while folded.
     let partitionSize: Int
+    /// The last event of the snapshot being folded.
+    let lastSeq: Int64
 
-    package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int) {
-        (self.tables, self.config, self.partitionSize) = (tables, config, partitionSize)
+    package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int, lastSeq: Int64) {
+        (self.tables, self.config, self.partitionSize, self.lastSeq) = (tables, config, partitionSize, lastSeq)
     }
 
     /// The facts of a snapshot of the log, scanned: in memory when they fit one partition,
@@ -92,7 +94,7 @@ package struct ProjectionBuilder {
         var events = 0
         try pool.write { db in
             try IdentitiesProjection.writeBulk(output.asids, db, tables)
-            try AccessProjection.writeBulk(output.access, db, tables)
+            try AccessProjection.writeBulk(output.access, upTo: lastSeq, db, tables)
             try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, db, tables)
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
@@ -118,18 +120,19 @@ package struct ProjectionBuilder {
         var fact: DeviceFact
     }
 
-    /// Everything the projections keep of one ASID's logins: the identity fold and the
-    /// friend snapshot, both independent of the order logins are added in, and the logins
-    /// the access history is folded from once all are in (enabled ones as keys only: most
-    /// logins are, and a partition holds a million).
+    /// Everything the projections keep of one ASID's logins: the identity fold, the friend
+    /// snapshot and the access history's logins, all independent of the order logins are
+    /// added in.
     package struct ASIDAggregate {
         var identity: IdentitiesProjection.Fold
         var snapshot = FriendSnapshot()
         var hasSnapshot = false
-        var enabledLogins: [EventKey] = []
-        var limitedLogins: [AccessProjection.Login] = []
+        var access: AccessProjection.Logins
 
-        init(firstLogin: EventKey) { identity = IdentitiesProjection.Fold(firstLogin: firstLogin) }
+        init(firstLogin: EventKey) {
+            identity = IdentitiesProjection.Fold(firstLogin: firstLogin)
+            access = AccessProjection.Logins(firstLogin: firstLogin)
+        }
 
         /// Adds a login of this ASID; `friends` is its friend list, split.
         mutating func add(_ login: LoginRow, friends: [String]?) {
@@ -138,11 +141,7 @@ package struct ProjectionBuilder {
                 snapshot.apply(key: login.key, friends: friends, declinesFriends: login.declinesFriends)
                 hasSnapshot = true
             }
-            if login.limited {
-                limitedLogins.append(AccessProjection.Login(key: login.key, limited: true, app: login.app, device: login.device))
-            } else {
-                enabledLogins.append(login.key)
-            }
+            access.add(AccessProjection.Login(key: login.key, limited: login.limited, app: login.app, device: login.device))
         }
 
         /// Adds another aggregate of the same ASID (from another part of the log).
@@ -151,12 +150,7 @@ package struct ProjectionBuilder {
             if let listed = other.snapshot.listedAt { snapshot.apply(key: listed, friends: other.snapshot.friends, declinesFriends: false) }
             if let declined = other.snapshot.declinedAt { snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
             hasSnapshot = hasSnapshot || other.hasSnapshot
-            enabledLogins += other.enabledLogins
-            limitedLogins += other.limitedLogins
-        }
-
-        var access: AccessProjection.Fold {
-            AccessProjection.Fold.of(limitedLogins + enabledLogins.map { AccessProjection.Login(key: $0, limited: false, app: "", device: "") })
+            access.merge(other.access)
         }
     }
 
@@ -388,7 +382,7 @@ package final class Handoff<T>: @unchecked Sendable {
 private struct PartitionOutput {
     var devices: [FoldedDevice] = []
     var asids: [(asid: String, fold: IdentitiesProjection.Fold)] = []
-    var access: [(asid: String, fold: AccessProjection.Fold)] = []
+    var access: [(asid: String, logins: AccessProjection.Logins)] = []
     var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
     var mentions: [String: EventKey] = [:]
 }

@@ -68,7 +68,7 @@ extension EventStore {
             return (next.generation, newConfig ?? state.config)
         }
         let tables = ProjectionTables(generation: generation)
-        let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
+        let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize, lastSeq: seen.lastSeq)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory)
 

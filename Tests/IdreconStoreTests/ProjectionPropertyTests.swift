@@ -24,6 +24,26 @@ func ingest(_ lines: [String], into store: EventStore, dir: TempDir, batchSize: 
     _ = try FileIngestor(store: store, batchSize: batchSize, chunkSize: chunkSize).ingest(path: dir.write("in-\(UUID().uuidString).jsonl", lines))
 }
 
+/// Appends `lines` in transactions of 1...`atMost` records with the given write-behind lag;
+/// returns where each transaction ended.
+@discardableResult
+func appendInRandomTransactions(_ lines: [String], to store: EventStore, atMost: Int, lag: Int, using rng: inout SeededRandom) -> [Int] {
+    let records = BatchValidator.validate(lines.enumerated().map { (Array($1.utf8), RecordOrigin(source: "t", position: Int64($0 + 1))) })
+    var boundaries: [Int] = []
+    var start = 0
+    while start < records.count {
+        let end = min(records.count, start + Int.random(in: 1...atMost, using: &rng))
+        var taken = false
+        _ = try! store.appendBatches(projectionLag: lag) {
+            defer { taken = true }
+            return taken ? nil : (Array(records[start..<end]), [])
+        }
+        boundaries.append(end)
+        start = end
+    }
+    return boundaries
+}
+
 /// Small limits so the over-merge guard is exercised by a 12-person population.
 let denseConfig = IdentityConfig(maxASIDsPerKey: 3)
 
@@ -53,20 +73,8 @@ let denseConfig = IdentityConfig(maxASIDsPerKey: 3)
             let dir = TempDir()
             let store = try! EventStore(path: dir.path("db.sqlite"))
             _ = try! store.replay(config: denseConfig)
-            let records = BatchValidator.validate(lines.enumerated().map { (Array($1.utf8), RecordOrigin(source: "t", position: Int64($0 + 1))) })
             var rng = SeededRandom(seed: UInt64(cuts))
-            var boundaries: [Int] = []
-            var start = 0
-            while start < records.count {
-                let end = min(records.count, start + Int.random(in: 1...60, using: &rng))
-                var taken = false
-                _ = try! store.appendBatches(projectionLag: lag) {
-                    defer { taken = true }
-                    return taken ? nil : (Array(records[start..<end]), [])
-                }
-                boundaries.append(end)
-                start = end
-            }
+            let boundaries = appendInRandomTransactions(lines, to: store, atMost: 60, lag: lag, using: &rng)
             try! store.catchUpProjections()
             let report = try! store.replay(verifyOnly: true, partitionSize: Int.random(in: 40...600, using: &rng))
             #expect(report.drift.isEmpty, "seed \(seed), lag \(lag), transactions ending at \(boundaries): drift in \(report.drift)")
@@ -144,17 +152,7 @@ let denseConfig = IdentityConfig(maxASIDsPerKey: 3)
             let arrival = shuffle % 2 == 0 ? lines.shuffled(using: &rng) : lines
             let dir = TempDir()
             let store = try! EventStore(path: dir.path("db.sqlite"))
-            let records = BatchValidator.validate(arrival.enumerated().map { (Array($1.utf8), RecordOrigin(source: "t", position: Int64($0 + 1))) })
-            var start = 0
-            while start < records.count {
-                let end = min(records.count, start + Int.random(in: 1...50, using: &rng))
-                var taken = false
-                _ = try! store.appendBatches(projectionLag: lag) {
-                    defer { taken = true }
-                    return taken ? nil : (Array(records[start..<end]), [])
-                }
-                start = end
-            }
+            appendInRandomTransactions(arrival, to: store, atMost: 50, lag: lag, using: &rng)
             try! store.catchUpProjections()
             var events: [LoginEvent] = []
             var seenIDs: Set<String> = []
