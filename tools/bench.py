@@ -84,8 +84,11 @@ class Progress:
                 previous = (t, done)
             else:
                 break
-        rates = [step / (b - a) for a, b in zip(marks, marks[1:])]
         rest = total - (len(marks) - 1) * step
+        if 0 < rest < step // 2 and len(marks) > 1:
+            marks.pop()  # a short tail joins the last step (it holds the final catch-up)
+            rest += step
+        rates = [step / (b - a) for a, b in zip(marks, marks[1:])]
         if rest > 0:
             rates.append(rest / (end - marks[-1]))
         return rates
