@@ -5,9 +5,9 @@ import IdreconLog
 
 /// Builds every projection of a new generation from a snapshot of the log in bulk: the
 /// log is scanned once, two threads each scanning half; a log larger than one partition
-/// (`partitionSize` events) is spilled to temporary files by partition (devices by
-/// `device_key`, ASIDs by `asid_key`); each device and each ASID is folded once in
-/// event-time order in memory, and the rows are loaded in key order before the
+/// (`partitionSize` events) is spilled to temporary files by partition (ranges of the
+/// devices' and the ASIDs' key order, `KeyRanges`); each device and each ASID is folded
+/// once in event-time order in memory, and the rows are loaded in key order before the
 /// secondary indexes exist. Memory is bounded by the partition size, not by the log. The
 /// folds and the row writers are the projections' own (`DevicesProjection.Fold`,
 /// `IdentitiesProjection.Fold`, `FriendSnapshot`, their `Rows`), the ones the live path
@@ -51,9 +51,14 @@ package struct ProjectionBuilder {
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
         }
+        let ranges = try snapshots.0.read { db in try KeyRanges(db, seqs: 1...max(1, lastSeq), partitions: partitions) }
         let (first, second) = try concurrently(
-            { try snapshots.0.read { db in try SpilledFacts(db, seqs: halves.0, partitions: partitions, directory: spillDirectory) } },
-            { try snapshots.1.read { db in try SpilledFacts(db, seqs: halves.1, partitions: partitions, directory: spillDirectory) } })
+            { try snapshots.0.read { db in
+                try SpilledFacts(db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory)
+            } },
+            { try snapshots.1.read { db in
+                try SpilledFacts(db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory)
+            } })
         return .spilled(first, second, partitions: partitions)
     }
 
@@ -93,9 +98,12 @@ package struct ProjectionBuilder {
         facts = Facts()
         var events = 0
         try pool.write { db in
-            try IdentitiesProjection.writeBulk(output.asids, db, tables)
-            try AccessProjection.writeBulk(output.access, upTo: lastSeq, db, tables)
-            try FriendsProjection.writeBulk(snapshots: output.snapshots, mentions: output.mentions, db, tables)
+            // Each projection's rows are freed once written: the friend edges and the devices
+            // are built after them.
+            try IdentitiesProjection.writeBulk(takeAll(&output.asids), db, tables)
+            try AccessProjection.writeBulk(takeAll(&output.access), upTo: lastSeq, db, tables)
+            try FriendsProjection.writeBulk(snapshots: takeAll(&output.snapshots), mentions: output.mentions, db, tables)
+            output.mentions = [:]
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
             for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: nil) }
@@ -181,7 +189,7 @@ package struct ProjectionBuilder {
         init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
-            try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { _, login in facts.add(login) })
+            try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { facts.add($0) })
             self = facts
         }
 
@@ -218,26 +226,25 @@ package struct ProjectionBuilder {
     }
 
     /// The facts of the events in a range of the log, spilled to a file per partition
-    /// (devices by `device_key`, logins by `asid_key`) for `Facts` to take back one
+    /// (devices and logins by the `KeyRanges` of their keys) for `Facts` to take back one
     /// partition at a time.
     package final class SpilledFacts: @unchecked Sendable {
         // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
 
-        init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, directory: String) throws {
+        init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
-            let count = Int64(partitions)
             try ProjectionBuilder.scan(db, seqs: seqs, device: { row in
-                try devices[Int(row.hash % count)].append { out in
+                try devices[ranges.partition(app: row.app, device: row.device)].append { out in
                     out.add(row.hash); out.add(row.app); out.add(row.device); out.add(row.fact.key.at); out.add(row.fact.key.eventID)
                     out.add(UInt8(row.fact.type == .login ? 1 : 0))
                     out.add(UInt8(row.fact.tracking == nil ? 0 : row.fact.tracking == .limited ? 2 : 1))
                     out.add(row.fact.asid)
                 }
-            }, login: { asidKey, login in
-                try logins[Int(asidKey % count)].append { out in
+            }, login: { login in
+                try logins[ranges.partition(asid: login.asid)].append { out in
                     out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
                     out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
                     if login.limited { out.add(login.app); out.add(login.device) }
@@ -273,10 +280,9 @@ package struct ProjectionBuilder {
         }
     }
 
-    /// Calls `device` for every event in `seqs` and `login` for every login (with its
-    /// `asid_key`), in log order.
+    /// Calls `device` for every event in `seqs` and `login` for every login, in log order.
     static func scan(
-        _ db: Database, seqs: ClosedRange<Int64>, device: (DeviceRow) throws -> Void, login: (Int64, LoginRow) throws -> Void
+        _ db: Database, seqs: ClosedRange<Int64>, device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
     ) throws {
         try BulkStatement(db, """
             SELECT device_key, asid_key, app_id, device_id, occurred_at, event_id, type, tracking, asid,
@@ -292,7 +298,7 @@ package struct ProjectionBuilder {
                                  fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
             guard type == .login, let asid, !row.isNull(1) else { return }
             let limited = tracking == .limited
-            try login(row.int(1), LoginRow(asid: asid, key: key, limited: limited, app: limited ? app : "", device: limited ? deviceID : "",
+            try login(LoginRow(asid: asid, key: key, limited: limited, app: limited ? app : "", device: limited ? deviceID : "",
                                            email: row.optionalString(9), tfb: row.optionalString(10),
                                            friends: row.optionalString(11), declinesFriends: row.int(12) == 1))
         }

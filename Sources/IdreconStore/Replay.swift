@@ -25,7 +25,7 @@ extension EventStore {
     /// per database (another waits, calling `waiting` first); one that a `forget` overtakes
     /// starts over, so erased data never comes back.
     public func replay(
-        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 1_000_000,
+        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 500_000,
         progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(IdreconError) -> ReplayReport {
         do {

@@ -1,0 +1,100 @@
+import GRDB
+import IdreconDomain
+import IdreconLog
+
+/// How a replay too large for one partition splits the log's entities: into ranges of the
+/// tables' key order holding about equal numbers of events, from a sample of the log.
+/// Partitions are loaded one after the other in key order, so each partition's rows go to
+/// the end of every table keyed by device or ASID. (Partitions by hash put each one's rows
+/// all over tables that grow with the log: at 10M events the load of the last of ten
+/// partitions took half again the time of the first.)
+struct KeyRanges: Sendable {
+    /// The first key of each partition but the first, ascending.
+    private let devices: [ByteTextPair]
+    private let asids: [ByteText]
+
+    /// Events and entities sampled per partition: enough to keep partitions within a few
+    /// percent of each other, few enough to cost milliseconds.
+    static let samplesPerPartition = 256
+
+    /// Ranges for `partitions` partitions of the events in `seqs`. A partition's memory
+    /// grows with both its events and its distinct devices and ASIDs, and the two are not
+    /// spread alike (active users' ASIDs cluster in key order), so the ranges split the sum
+    /// of two samples weighted alike: events at evenly spaced sequence numbers (one seek
+    /// each) and entities at even steps through the live projections' tables. When those
+    /// are empty the events alone decide.
+    init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int) throws {
+        var devices: [(ByteTextPair, Double)] = [], asids: [(ByteText, Double)] = []
+        let samples = Int64(partitions * Self.samplesPerPartition)
+        let span = seqs.upperBound - seqs.lowerBound + 1
+        let next = try BulkStatement(db, """
+            SELECT app_id, device_id, CASE WHEN type = 'login' THEN asid END FROM events WHERE seq >= ? ORDER BY seq LIMIT 1
+            """)
+        var eventDevices: [ByteTextPair] = [], eventASIDs: [ByteText] = []
+        for i in 0..<samples {
+            let seq = seqs.lowerBound + span / samples * i + span % samples * i / samples
+            try next.each({ $0.add(seq) }) { row in
+                eventDevices.append(ByteTextPair(row.string(0), row.string(1)))
+                if let asid = row.optionalString(2) { eventASIDs.append(ByteText(asid)) }
+            }
+        }
+        let liveDevices = try Self.everyNth(db, "devices", columns: "app_id, device_id", about: samples) {
+            ByteTextPair($0.string(0), $0.string(1))
+        }
+        let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
+        devices = Self.weighted(eventDevices) + Self.weighted(liveDevices)
+        asids = Self.weighted(eventASIDs) + Self.weighted(liveASIDs)
+        self.devices = Self.boundaries(devices.sorted { $0.0 < $1.0 }, partitions)
+        self.asids = Self.boundaries(asids.sorted { $0.0 < $1.0 }, partitions)
+    }
+
+    /// About `samples` rows at even steps through a reader view, in key order.
+    private static func everyNth<Key>(
+        _ db: Database, _ view: String, columns: String, about samples: Int64, _ key: (BulkStatement.Reader) -> Key
+    ) throws -> [Key] {
+        let rows = try Int64.fetchOne(db, sql: "SELECT count(*) FROM \(view)") ?? 0
+        let step = max(1, rows / max(1, samples))
+        var keys: [Key] = [], n: Int64 = 0
+        try BulkStatement(db, "SELECT \(columns) FROM \(view)").each { row in
+            if n % step == 0 { keys.append(key(row)) }
+            n += 1
+        }
+        return keys
+    }
+
+    /// A sample's keys, each weighing an equal share of 1.
+    private static func weighted<Key>(_ keys: [Key]) -> [(Key, Double)] {
+        keys.map { ($0, 1 / Double(keys.count)) }
+    }
+
+    /// The keys where the running weight of a sorted sample crosses 1/n, 2/n, … of its total.
+    private static func boundaries<Key>(_ sorted: [(Key, Double)], _ partitions: Int) -> [Key] {
+        let total = sorted.reduce(0) { $0 + $1.1 }
+        var result: [Key] = [], running = 0.0
+        for (key, weight) in sorted where result.count < partitions - 1 {
+            running += weight
+            if running >= total * Double(result.count + 1) / Double(partitions) { result.append(key) }
+        }
+        return result
+    }
+
+    /// The partition of a device.
+    func partition(app: String, device: String) -> Int {
+        Self.count(devices, atOrBelow: ByteTextPair(app, device))
+    }
+
+    /// The partition of an ASID.
+    func partition(asid: String) -> Int {
+        Self.count(asids, atOrBelow: ByteText(asid))
+    }
+
+    /// How many of the sorted `keys` are ≤ `key` (a binary search).
+    private static func count<Key: Comparable>(_ keys: [Key], atOrBelow key: Key) -> Int {
+        var low = 0, high = keys.count
+        while low < high {
+            let middle = (low + high) / 2
+            if keys[middle] <= key { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+}
