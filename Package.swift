@@ -20,6 +20,9 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
+        // The build's version: a release number and the commit (`git describe` at build time).
+        .plugin(name: "BuildInfoPlugin", capability: .buildTool(), path: "tools/BuildInfoPlugin"),
+        .target(name: "IdreconVersion", plugins: ["BuildInfoPlugin"]),
         // Pure domain: event model, JSON, validation, canonical form. No I/O.
         .target(
             name: "IdreconDomain",
@@ -73,7 +76,7 @@ let package = Package(
         .target(
             name: "IdreconService",
             dependencies: [
-                "IdreconDomain", "IdreconStore", "IdreconKafka",
+                "IdreconDomain", "IdreconStore", "IdreconKafka", "IdreconVersion",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -84,7 +87,7 @@ let package = Package(
         .executableTarget(
             name: "idrecon",
             dependencies: [
-                "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka", "IdreconService",
+                "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka", "IdreconService", "IdreconVersion",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -94,7 +97,7 @@ let package = Package(
         .executableTarget(
             name: "idrecon-gen",
             dependencies: [
-                "EventGenerator",
+                "EventGenerator", "IdreconVersion",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "tools/idrecon-gen"

@@ -16,6 +16,16 @@ extension IdreconError {
         }
         return "\(error)"
     }
+
+    /// An error of no idrecon type, by what it is: the database's is `storage`; anything
+    /// else is a failure inside idrecon that may pass (`transient`), never the caller's usage.
+    package init(unknown error: any Error) {
+        if error is DatabaseError {
+            self.init(.storage, Self.describe(error))
+        } else {
+            self.init(.transient, "internal error: \(error); retry, and report it if it persists")
+        }
+    }
 }
 
 /// Lookups by the log's hashed keys. `events_device` and `events_asid_login` lead with the

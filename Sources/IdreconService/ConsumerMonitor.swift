@@ -1,6 +1,7 @@
 import CoreMetrics
 import Foundation
 import IdreconDomain
+import IdreconVersion
 import IdreconKafka
 import IdreconStore
 import Prometheus
@@ -70,6 +71,9 @@ public final class ConsumerMonitor: @unchecked Sendable {
         databaseBytes = gauge("idrecon_database_bytes", "Bytes of the database file and its WAL.")
         projectionLag = gauge("idrecon_projection_lag_events", "Logged events the projections have not applied yet.")
         assigned = gauge("idrecon_partitions_assigned", "Kafka partitions assigned to this consumer.")
+        // Prometheus' convention for what is running: a constant 1 labelled with the build.
+        registry.makeGauge(name: "idrecon_build_info", labels: [("version", IdreconVersion.number), ("commit", IdreconVersion.commit)],
+                           help: "The running build: its version and commit (value 1).").set(to: 1.0)
     }
 
     /// The consumer's running totals (called on its polling thread).

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import IdreconDomain
+import IdreconVersion
 
 /// `idrecon`: Facebook-Login identity reconciliation over an SQLite event log.
 struct Idrecon: AsyncParsableCommand {
@@ -12,6 +13,7 @@ struct Idrecon: AsyncParsableCommand {
             quarantined with a stable reason code. Exit codes: 0 ok, 1 not found or \
             violations found, 2 bad usage or input.
             """,
+        version: IdreconVersion.description,
         subcommands: [
             IngestCommand.self, ConsumeCommand.self, ProduceCommand.self, DevBrokerCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
             FriendsCommand.self, AccessCommand.self, ExportCommand.self, AuditCommand.self, ForgetCommand.self, GraphCommand.self, StatsCommand.self, QuarantineCommand.self, BackupCommand.self,

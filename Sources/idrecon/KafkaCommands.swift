@@ -4,6 +4,7 @@ import IdreconDomain
 import IdreconKafka
 import IdreconService
 import IdreconStore
+import IdreconVersion
 import Logging
 
 /// SIGINT/SIGTERM set this flag; long-running commands poll it and stop cleanly.
@@ -113,6 +114,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.maxRecordBytes = limits.maxRecordBytes
         options.rebind = rebind
         if cluster != nil { options.clusterIdentity = "embedded" }
+        logger.info("starting", metadata: ["version": "\(IdreconVersion.number)", "commit": "\(IdreconVersion.commit)"])
         StopSignal.install()
         var monitor: ConsumerMonitor?
         var server: MetricsServer?

@@ -3,6 +3,7 @@ import Foundation
 import IdreconDomain
 import IdreconIngest
 import IdreconKafka
+import IdreconLog
 import IdreconStore
 
 /// Output format of query commands.
@@ -210,12 +211,12 @@ extension IdreconError.Kind {
 
 extension IdreconError {
     /// An error a command caught, with its kind kept: ours as they are, the Kafka layer's by
-    /// its kind, anything else as a usage error.
+    /// its kind, anything else by `init(unknown:)`.
     init(_ error: any Error) {
         switch error {
         case let error as IdreconError: self = error
         case let error as KafkaError: self.init(error.kind == .configuration ? .configuration : .transient, error.description)
-        default: self.init(.usage, "\(error)")
+        default: self.init(unknown: error)
         }
     }
 }

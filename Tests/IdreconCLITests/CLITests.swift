@@ -90,6 +90,24 @@ final class Scratch {
         #expect(try Data(contentsOf: URL(fileURLWithPath: corrupt)) == Data(repeating: 7, count: 4096), "a corrupt file is never overwritten")
     }
 
+    /// Both commands say which build they are (a release number and the commit) and exit 0;
+    /// the generator's usage errors exit 2 like idrecon's, a file it cannot write 1.
+    @Test func versionAndTheGeneratorsExitCodes() throws {
+        for binary in [Binaries.idrecon, Binaries.generator] {
+            let r = try run(binary, ["--version"])
+            #expect(r.status == 0, "\(binary): \(r.stderr)")
+            #expect(r.stdout.range(of: #"^\d+\.\d+\.\d+ \([A-Za-z0-9._-]+\)\n$"#, options: .regularExpression) != nil, "\(r.stdout)")
+        }
+        #expect(try run(Binaries.idrecon, ["--version"]).stdout == run(Binaries.generator, ["--version"]).stdout)
+        for arguments in [["--events", "-1"], ["--bad-fraction", "2"], ["--frobnicate"], ["--events"]] {
+            let r = try run(Binaries.generator, arguments)
+            #expect(r.status == 2, "\(arguments): \(r.status) \(r.stderr)")
+        }
+        let r = try run(Binaries.generator, ["--events", "1", "--output", "/proc/no/such/dir/events.jsonl"])
+        #expect(r.status == 1, "\(r.stderr)")
+        #expect(r.stderr.split(separator: "\n").count == 1 && r.stderr.contains("cannot write"), "\(r.stderr)")
+    }
+
     /// Several processes opening one new database at once (two consumers starting together).
     @Test func concurrentFirstOpensAllSucceed() throws {
         for _ in 0..<5 {

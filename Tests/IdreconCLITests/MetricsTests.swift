@@ -90,6 +90,7 @@ import Testing
         #expect(wait(consumer) == 0)
         let stats = try EventStore(path: db, readOnly: true).stats()
         #expect(Self.value("idrecon_records_read_total", in: last) == Double(lines.count))
+        #expect(Self.value("idrecon_build_info", in: last) == 1 && last.contains(#"commit=""#), "\(last)")
         #expect(Self.value("idrecon_records_appended_total", in: last) == Double(stats.events))
         #expect(Self.value("idrecon_records_duplicate_total", in: last) == Double(stats.duplicates))
         #expect(Self.value("idrecon_records_quarantined_total", in: last) == Double(stats.quarantined))

@@ -1,6 +1,7 @@
 import ArgumentParser
 import EventGenerator
 import Foundation
+import IdreconVersion
 
 /// `idrecon-gen`: writes a deterministic login-event stream as JSON lines.
 struct GenerateCommand: ParsableCommand {
@@ -10,8 +11,10 @@ struct GenerateCommand: ParsableCommand {
         discussion: """
             The same flags give the same bytes. The stream holds --events valid unique events, \
             plus duplicates and single-defect bad records (one per reason code in turn). \
-            The manifest (JSON) says what an ingest must report.
-            """
+            The manifest (JSON) says what an ingest must report. Exit codes: 0 ok, 1 a file \
+            could not be written, 2 bad usage.
+            """,
+        version: IdreconVersion.description
     )
 
     @Option(help: "Valid, unique events to generate.")
@@ -53,7 +56,7 @@ struct GenerateCommand: ParsableCommand {
         let handle: FileHandle
         if let output {
             guard FileManager.default.createFile(atPath: output, contents: nil), let h = FileHandle(forWritingAtPath: output) else {
-                throw ValidationError("cannot write \(output)")
+                throw GeneratorFailure(message: "cannot write \(output); check the directory exists and is writable")
             }
             handle = h
         } else {
@@ -81,4 +84,25 @@ struct GenerateCommand: ParsableCommand {
     }
 }
 
-GenerateCommand.main()
+/// A failure that is not the caller's usage: exit 1.
+struct GeneratorFailure: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+// Exit codes as `idrecon`'s: usage errors 2 (ArgumentParser's own is EX_USAGE, 64).
+do {
+    var command = try GenerateCommand.parseAsRoot()
+    try command.run()
+} catch let failure as GeneratorFailure {
+    FileHandle.standardError.write(Data("idrecon-gen: \(failure.message)\n".utf8))
+    exit(1)
+} catch {
+    let code = GenerateCommand.exitCode(for: error)
+    if code == .success {
+        print(GenerateCommand.fullMessage(for: error))
+        exit(0)
+    }
+    FileHandle.standardError.write(Data((GenerateCommand.fullMessage(for: error) + "\n").utf8))
+    exit(code == .validationFailure ? 2 : code.rawValue)
+}
