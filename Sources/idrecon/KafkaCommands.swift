@@ -32,6 +32,18 @@ struct KafkaSetting: ExpressibleByArgument {
     }
 }
 
+/// `IDRECON_BROKERS`, `IDRECON_TOPIC` and `IDRECON_GROUP`: what `consume` and `produce` use
+/// when the flag is left out (the deploy example's environment file sets them). Empty is unset.
+enum KafkaEnvironment {
+    static var brokers: String? { value("IDRECON_BROKERS") }
+    static var topic: String { value("IDRECON_TOPIC") ?? "login-events" }
+    static var group: String { value("IDRECON_GROUP") ?? "idrecon" }
+
+    private static func value(_ name: String) -> String? {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
+    }
+}
+
 struct ConsumeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "consume",
@@ -48,12 +60,15 @@ struct ConsumeCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
     @OptionGroup var tokens: TokenOptions
     @OptionGroup var limits: RecordOptions
-    @Option(help: "Kafka bootstrap servers (host:port,…); not needed with --embedded.") var brokers: String?
-    @Option(help: "Topic to consume.") var topic = "login-events"
-    @Option(help: "Consumer group.") var group = "idrecon"
+    @Option(help: "Kafka bootstrap servers (host:port,…; default: $IDRECON_BROKERS); not with --embedded.")
+    var brokers: String?
+    @Option(help: "Topic to consume (default: $IDRECON_TOPIC, else login-events).") var topic: String?
+    @Option(help: "Consumer group (default: $IDRECON_GROUP, else idrecon).") var group: String?
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
-    @Option(help: "A file of librdkafka settings, one key=value per line (# comments).") var config: String?
+    @Option(help: ArgumentHelp("A file of librdkafka settings, one key=value per line (# comments).", valueName: "file"))
+    var kafkaConfig: String?
+    @Option(name: .customLong("config"), help: .hidden) var oldKafkaConfig: String?
     @Option(parsing: .unconditional, help: "Records per transaction (at most; --batch-ms commits sooner).") var batchSize = 64000
     @Option(parsing: .unconditional, help: "Commit a partial batch after this many milliseconds.") var batchMs = 200
     @Flag(help: "Exit once every assigned partition has reached its end: 0, or 1 if records were skipped (retention).")
@@ -78,13 +93,25 @@ struct ConsumeCommand: AsyncParsableCommand {
         if let metricsAddress, Self.hostAndPort(metricsAddress) == nil {
             throw ValidationError("--metrics-address must be HOST:PORT (e.g. 127.0.0.1:9464, or port 0 for any free port)")
         }
-        if brokers == nil, embeddedPartitions == nil, !embeddedFlag { throw ValidationError("give --brokers, or --embedded for an in-process cluster") }
+        let embedded = embeddedPartitions != nil || embeddedFlag
+        if let embeddedPartitions, !(1...1024).contains(embeddedPartitions) {
+            throw ValidationError("--embedded=N needs 1 to 1024 partitions")
+        }
+        if embedded, brokers != nil {
+            throw ValidationError("--embedded starts its own cluster: leave out --brokers, or drop --embedded to use those brokers")
+        }
+        if kafkaConfig != nil, oldKafkaConfig != nil { throw ValidationError("give --kafka-config once (--config is its old name)") }
+        if !embedded, brokers == nil, KafkaEnvironment.brokers == nil {
+            throw ValidationError("give --brokers (or set IDRECON_BROKERS), or --embedded for an in-process cluster")
+        }
     }
 
     func run() async throws {
         let logger = logging.logger("idrecon.consume")
         var extra = settings.map { ($0.key, $0.value) }
-        if let config {
+        if oldKafkaConfig != nil { logger.warning("--config is now --kafka-config (the old name still works)") }
+        let topic = topic ?? KafkaEnvironment.topic, group = group ?? KafkaEnvironment.group
+        if let config = kafkaConfig ?? oldKafkaConfig {
             try global.checkInput(config, "librdkafka settings")
             guard let text = try? String(contentsOfFile: config, encoding: .utf8) else { throw IdreconError(.input, "cannot read \(config)") }
             for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
@@ -95,7 +122,7 @@ struct ConsumeCommand: AsyncParsableCommand {
             }
         }
         var cluster: MockCluster?
-        var bootstrap = brokers ?? ""
+        var bootstrap = brokers ?? KafkaEnvironment.brokers ?? ""
         if embeddedPartitions != nil || embeddedFlag {
             do {
                 cluster = try MockCluster()
@@ -195,12 +222,17 @@ struct ProduceCommand: AsyncParsableCommand {
         abstract: "Send JSON lines to a Kafka topic (key = device_id), for tests and demos.")
 
     @Argument(help: "JSON-lines file, or - for standard input.") var file: String
-    @Option(help: "Kafka bootstrap servers.") var brokers: String
-    @Option(help: "Topic.") var topic = "login-events"
+    @Option(help: "Kafka bootstrap servers (default: $IDRECON_BROKERS).") var brokers: String?
+    @Option(help: "Topic (default: $IDRECON_TOPIC, else login-events).") var topic: String?
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
 
+    func validate() throws {
+        if brokers == nil, KafkaEnvironment.brokers == nil { throw ValidationError("give --brokers (or set IDRECON_BROKERS)") }
+    }
+
     func run() async throws {
+        let brokers = brokers ?? KafkaEnvironment.brokers ?? "", topic = topic ?? KafkaEnvironment.topic
         guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
             throw IdreconError(.input, "cannot read \(file)")
         }

@@ -109,6 +109,38 @@ struct Outcome: Equatable {
         #expect(try Outcome(db: db) == got)
     }
 
+    /// `IDRECON_BROKERS`, `IDRECON_TOPIC` and `IDRECON_GROUP` stand in for the flags (as the
+    /// deploy example sets them); contradicting flags are usage errors, not silently ignored.
+    @Test func environmentNamesTheClusterAndFlagsThatContradictAreUsageErrors() throws {
+        let s = Scratch()
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("env-topic", partitions: 2, replicationFactor: 1)
+        let file = s.path("events.jsonl"), db = s.path("env.sqlite"), conf = s.path("kafka.conf")
+        FileManager.default.createFile(atPath: file, contents: Data(lines.prefix(300).flatMap { $0 + [0x0A] }))
+        FileManager.default.createFile(atPath: conf, contents: Data("session.timeout.ms=6000\n".utf8))
+        func idrecon(_ arguments: [String], environment: [String: String] = [:]) throws -> Int32 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+            process.arguments = arguments
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return wait(process)
+        }
+        let environment = ["IDRECON_BROKERS": cluster.bootstrap, "IDRECON_TOPIC": "env-topic", "IDRECON_GROUP": "env-group",
+                           "IDRECON_DB": db]
+        #expect(try idrecon(["produce", file], environment: environment) == 0)
+        #expect(try idrecon(["consume", "--exit-at-end", "--kafka-config", conf, "--log-level", "error"], environment: environment) == 0)
+        #expect(try EventStore(path: db, readOnly: true).positions().reduce(0) { $0 + $1.position } == 300)
+        #expect(try EventStore(path: db, readOnly: true).positions().allSatisfy { $0.source.hasPrefix("kafka:env-topic/") })
+        for arguments in [["consume", "--embedded=0"], ["consume", "--embedded", "--brokers", cluster.bootstrap],
+                          ["consume", "--brokers", cluster.bootstrap, "--kafka-config", conf, "--config", conf], ["consume"], ["produce", file]] {
+            let db = arguments[0] == "consume" ? ["--db", s.path("unused.sqlite")] : []
+            #expect(try idrecon(arguments + db, environment: ["IDRECON_BROKERS": ""]) == 2, "\(arguments)")
+        }
+    }
+
     @Test func killedConsumerResumesWithoutLossOrDuplicates() throws {
         let s = Scratch()
         let cluster = try cluster(partitions: 6)
