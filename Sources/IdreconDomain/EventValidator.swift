@@ -146,8 +146,14 @@ public enum EventValidator {
         }
     }
 
+    /// Whether `s` is an ASID as events carry them: 1-32 ASCII digits (what the commands
+    /// that look ASIDs up accept too).
+    public static func isASID(_ s: String) -> Bool {
+        (1...32).contains(s.utf8.count) && s.utf8.allSatisfy { $0 >= 48 && $0 <= 57 }
+    }
+
     private static func checkDigits(_ s: String, _ field: String, element: Bool = false) throws(Rejection) {
-        guard (1...32).contains(s.utf8.count), s.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else {
+        guard isASID(s) else {
             throw Rejection(.invalidField, "field '\(field)' \(element ? "has an element that is not" : "must be") 1-32 digits")
         }
     }

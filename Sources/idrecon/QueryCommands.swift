@@ -8,29 +8,66 @@ func openForReading(_ global: GlobalOptions) throws(IdreconError) -> EventStore 
     try EventStore(path: global.databasePath, readOnly: true)
 }
 
+/// Lookups of several keys print what they found and then name what they did not, one line
+/// each on stderr; any missing key exits 1 (`not_found`), as one missing key does.
+enum NotFound {
+    static func report(_ missing: [String], of asked: Int) throws {
+        guard !missing.isEmpty else { return }
+        guard asked > 1 else { throw IdreconError(.notFound, missing[0]) }
+        for line in missing { FileHandle.standardError.write(Data("idrecon: \(RowPrinter.escape(line))\n".utf8)) }
+        throw ExitCode(IdreconError.Kind.notFound.exitCode)
+    }
+}
+
 struct DeviceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "device", abstract: "Show one device: its login mode, who is logged in, counts and anomalies.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
-    @Argument(help: "App ID.") var app: String
-    @Argument(help: "Device ID.") var device: String
+    @Argument(help: "App ID; - alone reads `app_id device_id` pairs from standard input, one per line.") var app: String?
+    @Argument(help: "Device ID.") var device: String?
+    @Option(help: ArgumentHelp("Also show the devices in this file: `app_id device_id` per line (tab- or space-separated).",
+                               valueName: "file"))
+    var from: String?
+
+    func validate() throws {
+        switch (app, device) {
+        case (_?, _?), (nil, nil) where from != nil, ("-", nil): return
+        default: throw ValidationError("give APP DEVICE, - (pairs on standard input) or --from FILE")
+        }
+    }
 
     func run() async throws {
-        let store = try openForReading(global)
-        guard let d = try store.device(app: app, device: device) else {
-            throw IdreconError(.notFound, "no device \(device) in app \(app)")
+        var pairs: [(app: String, device: String)] = []
+        if let app, let device { pairs.append((app, device)) }
+        for key in try KeyList.read(app == "-" && device == nil ? ["-"] : [], from: from, global: global) {
+            // A tab separates the two when there is one (IDs may hold spaces); else the first spaces.
+            let separator: Character = key.text.contains("\t") ? "\t" : " "
+            let parts = key.text.split(separator: separator, maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                throw IdreconError(.usage, "\(key.origin): expected `app_id device_id`")
+            }
+            pairs.append((parts[0], parts[1]))
         }
+        let store = try openForReading(global)
         var printer = RowPrinter(format: output.resolved, columns: [
             "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
-        ], verticalWhenNarrow: true)
-        printer.row([
-            .text(d.appID), .text(d.deviceID), .text(d.mode.rawValue), .text(d.asid), .int(Int64(d.anomalies)),
-            .int(Int64(d.logins)), .int(Int64(d.logouts)), .text(Timestamp.format(d.firstAt)), .text(Timestamp.format(d.lastAt)),
-            .text(d.lastEventID),
-        ])
+        ], verticalWhenNarrow: pairs.count == 1)
+        var missing: [String] = []
+        for (app, device) in pairs {
+            guard let d = try store.device(app: app, device: device) else {
+                missing.append("no device \(device) in app \(app)")
+                continue
+            }
+            printer.row([
+                .text(d.appID), .text(d.deviceID), .text(d.mode.rawValue), .text(d.asid), .int(Int64(d.anomalies)),
+                .int(Int64(d.logins)), .int(Int64(d.logouts)), .text(Timestamp.format(d.firstAt)), .text(Timestamp.format(d.lastAt)),
+                .text(d.lastEventID),
+            ])
+        }
         printer.finish()
+        try NotFound.report(missing, of: pairs.count)
     }
 }
 
@@ -42,15 +79,18 @@ struct AccessCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
-    @Argument(help: "ASIDs to check.") var asids: [String]
+    @Argument(help: "ASIDs to check (1-32 digits); - reads them from standard input, one per line.") var asids: [String] = []
+    @Option(help: ArgumentHelp("Also check the ASIDs in this file, one per line (- for standard input).", valueName: "file"))
+    var from: String?
     @Option(help: ArgumentHelp("Judge at this time (RFC 3339); events with occurred_at <= T count.", valueName: "T"))
     var asOf: TimeArgument?
 
     func validate() throws {
-        guard !asids.isEmpty else { throw ValidationError("give at least one ASID") }
+        guard !asids.isEmpty || from != nil else { throw ValidationError("give at least one ASID, - or --from FILE") }
     }
 
     func run() async throws {
+        let asids = try KeyList.asids(asids, from: from, global: global)
         let store = try openForReading(global)
         var printer = RowPrinter(format: output.resolved, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
         var unseen = false
@@ -72,27 +112,43 @@ struct UserCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
-    @Argument(help: "An ASID of the identity.") var asid: String?
+    @Argument(help: "An ASID of the identity; - reads ASIDs from standard input, one per line.") var asid: String?
+    @Option(help: ArgumentHelp("Show the identities of the ASIDs in this file, one per line (- for standard input).",
+                               valueName: "file"))
+    var from: String?
     @Option(help: "Find the identity by e-mail (normalized and hashed, never stored).") var email: String?
     @Option(name: .customLong("user-id"), help: "Find the identity by user ID (u:…).") var userID: String?
     @Flag(help: "Show how the identity came together instead: each link that merged two groups, in event time.")
     var history = false
 
     func validate() throws {
-        guard [asid, email, userID].compactMap({ $0 }).count == 1 else {
-            throw ValidationError("give exactly one of ASID, --email or --user-id")
+        guard [asid != nil || from != nil, email != nil, userID != nil].filter({ $0 }).count == 1 else {
+            throw ValidationError("give exactly one of ASID, - (ASIDs on standard input), --from FILE, --email or --user-id")
         }
     }
 
     func run() async throws {
+        let asids = email == nil && userID == nil ? try KeyList.asids(asid.map { [$0] } ?? [], from: from, global: global) : []
         let store = try openForReading(global)
-        let users: [String]
+        var users: [String] = []
+        var missing: [String] = []
         if let email {
             users = try store.userIDs(email: email)
+            if users.isEmpty { missing.append("no identity for that e-mail") }
+        } else if let userID {
+            if try store.userID(asid: nil, userID: userID) != nil { users = [userID] } else { missing.append("no identity \(userID)") }
         } else {
-            users = try store.userID(asid: asid, userID: userID).map { [$0] } ?? []
+            var seen: Set<String> = []
+            for asid in asids {
+                guard let user = try store.userID(asid: asid, userID: nil) else {
+                    missing.append("no identity for \(asid)")
+                    continue
+                }
+                if seen.insert(user).inserted { users.append(user) }
+            }
         }
-        guard !users.isEmpty else { throw IdreconError(.notFound, "no identity for \(asid ?? email.map { _ in "that e-mail" } ?? userID ?? "")") }
+        let asked = max(1, asids.count)
+        guard !users.isEmpty else { return try NotFound.report(missing, of: asked) }
         if history {
             var printer = RowPrinter(format: output.resolved, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
             for user in users {
@@ -102,7 +158,7 @@ struct UserCommand: AsyncParsableCommand {
                 }
             }
             printer.finish()
-            return
+            return try NotFound.report(missing, of: asked)
         }
         var printer = RowPrinter(format: output.resolved, columns: [
             "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
@@ -135,6 +191,7 @@ struct UserCommand: AsyncParsableCommand {
             for row in rows { printer.row(row + [keys, ambiguous, .bool(anyLimited)]) }
         }
         printer.finish()
+        try NotFound.report(missing, of: asked)
     }
 
     /// Hashed e-mails shortened for reading in the table only; JSON and CSV keep them whole.

@@ -47,6 +47,32 @@ import Testing
         #expect(try run(Binaries.idrecon, ["device", "2", "nope", "--db", db]).status == 1)
     }
 
+    /// `access`, `user` and `device` look up lists: `-` reads standard input, `--from` a file
+    /// (blank lines and # comments skipped); found rows print, the missing are named on stderr
+    /// and exit 1; anything that is not an ASID is a usage error naming its line.
+    @Test func bulkLookupsFromStandardInputAndFiles() throws {
+        let (s, db) = try db()
+        let access = try run(Binaries.idrecon, ["access", "-", "500", "--db", db, "--format", "csv"], stdin: "300\n\n# a comment\n400\n")
+        #expect(access.status == 0, "\(access.stderr)")
+        #expect(access.stdout.split(separator: "\n").dropFirst().map { $0.split(separator: ",")[0] } == ["300", "400", "500"])
+        let bad = try run(Binaries.idrecon, ["access", "-", "--db", db], stdin: "300\n12ab\n")
+        #expect(bad.status == 2 && bad.stderr.contains("stdin:2") && bad.stderr.contains("12ab"), "\(bad.stderr)")
+        #expect(try run(Binaries.idrecon, ["access", "-1", "--db", db]).status == 2)
+        #expect(try run(Binaries.idrecon, ["user", "abc", "--db", db]).status == 2)
+
+        let list = s.path("asids.txt")
+        FileManager.default.createFile(atPath: list, contents: Data("300\n777\n500\n".utf8))
+        let users = try run(Binaries.idrecon, ["user", "--from", list, "--db", db, "--format", "csv"])
+        #expect(users.status == 1 && users.stderr.contains("777") && users.stderr.split(separator: "\n").count == 1, "\(users.stderr)")
+        #expect(users.stdout.contains("u:400,300,") && users.stdout.contains("u:500,500,"))
+
+        let pairs = try run(Binaries.idrecon, ["device", "-", "--db", db, "--format", "csv"], stdin: "1 P\n2\tR\n")
+        #expect(pairs.status == 0 && pairs.stdout.contains("1,P,enabled,300") && pairs.stdout.contains("2,R,enabled,500"), "\(pairs.stderr)")
+        let missing = try run(Binaries.idrecon, ["device", "-", "--db", db, "--format", "csv"], stdin: "1 P\n9 Z\n")
+        #expect(missing.status == 1 && missing.stderr.contains("no device Z in app 9"))
+        #expect(try run(Binaries.idrecon, ["device", "-", "--db", db], stdin: "justone\n").status == 2)
+    }
+
     @Test func exportsHaveTheSpecFields() throws {
         let (s, db) = try db()
         _ = s
