@@ -54,13 +54,27 @@ struct IngestCommand: AsyncParsableCommand {
         }
         progress.done()
         let seconds = Date().timeIntervalSince(started)
+        let byCode = summary.outcome.quarantined.sorted { $0.key < $1.key }
+        let perSecond = Int64(Double(summary.lines) / max(seconds, 0.001))
+        if output.resolved == .json {
+            // One typed object; the table's `quarantined.CODE` rows are a map here.
+            func number(_ n: Int64) -> JSONValue { .number(String(n)) }
+            RowPrinter.emit(CanonicalJSON.encode(.object([
+                ("lines", number(summary.lines)), ("appended", number(Int64(summary.outcome.appended))),
+                ("duplicates", number(Int64(summary.outcome.duplicates))),
+                ("quarantined", number(Int64(summary.outcome.quarantinedTotal))),
+                ("quarantined_by_code", .object(byCode.map { ($0.key.rawValue, number(Int64($0.value))) })),
+                ("blank_lines", number(summary.skippedBlank)), ("resumed_at_byte", number(summary.resumedAt)),
+                ("lines_per_second", number(perSecond)),
+            ])))
+            return
+        }
         var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
         let rows: [(String, Int64)] = [
             ("lines", summary.lines), ("appended", Int64(summary.outcome.appended)),
             ("duplicates", Int64(summary.outcome.duplicates)), ("quarantined", Int64(summary.outcome.quarantinedTotal)),
-        ] + summary.outcome.quarantined.sorted { $0.key < $1.key }.map { ("quarantined." + $0.key.rawValue, Int64($0.value)) }
-            + [("blank_lines", summary.skippedBlank), ("resumed_at_byte", summary.resumedAt),
-               ("lines_per_second", Int64(Double(summary.lines) / max(seconds, 0.001)))]
+        ] + byCode.map { ("quarantined." + $0.key.rawValue, Int64($0.value)) }
+            + [("blank_lines", summary.skippedBlank), ("resumed_at_byte", summary.resumedAt), ("lines_per_second", perSecond)]
         for (metric, value) in rows { printer.row([.text(metric), .int(value)]) }
         printer.finish()
     }

@@ -20,15 +20,32 @@ struct StatsCommand: AsyncParsableCommand {
     func run() async throws {
         let store = try EventStore(path: global.databasePath, readOnly: true)
         let (stats, log) = (try store.stats(), try store.logPosition())
-        var rows: [(String, Cell)] = [
-            ("events", .int(Int64(stats.events))), ("logins", .int(Int64(stats.logins))),
-            ("logouts", .int(Int64(stats.logouts))), ("logins.enabled", .int(Int64(stats.enabledLogins))),
-            ("logins.limited", .int(Int64(stats.limitedLogins))), ("apps", .int(Int64(stats.apps))),
-            ("devices", .int(Int64(stats.devices))), ("asids", .int(Int64(stats.asids))),
-            ("duplicates", .int(Int64(stats.duplicates))), ("quarantined", .int(Int64(stats.quarantined))),
+        let positions = stats.positions.sorted { Self.sourceOrder($0.source) < Self.sourceOrder($1.source) }
+        // Each Kafka partition's lag, or why it is unknown (nil without --brokers).
+        var lags: [(source: String, records: Int64?, reason: String?)]?
+        if let brokers {
+            let watermarks: KafkaWatermarks
+            do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw IdreconError(error) }
+            lags = []
+            for position in positions where position.source.hasPrefix("kafka:") {
+                let name = position.source.dropFirst(6)
+                guard let slash = name.lastIndex(of: "/"), let partition = Int32(name[name.index(after: slash)...]) else { continue }
+                do {
+                    let end = try watermarks.end(topic: String(name[..<slash]), partition: partition)
+                    lags?.append((position.source, max(0, end - position.position), nil))
+                } catch {
+                    lags?.append((position.source, nil, "\(error)"))
+                }
+            }
+        }
+        let counts: [(String, Int64)] = [
+            ("events", Int64(stats.events)), ("logins", Int64(stats.logins)), ("logouts", Int64(stats.logouts)),
+            ("logins_enabled", Int64(stats.enabledLogins)), ("logins_limited", Int64(stats.limitedLogins)),
+            ("apps", Int64(stats.apps)), ("devices", Int64(stats.devices)), ("asids", Int64(stats.asids)),
+            ("duplicates", Int64(stats.duplicates)), ("quarantined", Int64(stats.quarantined)),
         ]
-        rows += stats.quarantinedByCode.sorted { $0.key < $1.key }.map { ("quarantined.\($0.key)", .int(Int64($0.value))) }
-        rows += [
+        let byCode = stats.quarantinedByCode.sorted { $0.key < $1.key }
+        let tail: [(String, Cell)] = [
             ("first_event_at", .text(stats.firstEventAt.map(Timestamp.format))),
             ("last_event_at", .text(stats.lastEventAt.map(Timestamp.format))),
             ("database_bytes", .int(stats.databaseBytes)),
@@ -36,23 +53,42 @@ struct StatsCommand: AsyncParsableCommand {
             // Logged events the projections have not folded yet (a writer's write-behind).
             ("projection_lag_events", .int(max(0, log.lastSeq - log.appliedSeq))),
         ]
-        rows += stats.positions.map { ("position.\($0.source)", .int($0.position)) }
-        if let brokers {
-            let watermarks: KafkaWatermarks
-            do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw IdreconError(error) }
-            for position in stats.positions where position.source.hasPrefix("kafka:") {
-                let name = position.source.dropFirst(6)
-                guard let slash = name.lastIndex(of: "/"), let partition = Int32(name[name.index(after: slash)...]) else { continue }
-                do {
-                    let end = try watermarks.end(topic: String(name[..<slash]), partition: partition)
-                    rows.append(("lag.\(position.source)", .int(max(0, end - position.position))))
-                } catch {
-                    rows.append(("lag.\(position.source)", .text("unknown: \(error.description)")))
-                }
+        if output.resolved == .json {
+            // One typed object: counts as numbers, maps and lists where the table has prefixes.
+            var members: [(String, JSONValue)] = counts.map { ($0.0, .number(String($0.1))) }
+            members.append(("quarantined_by_code", .object(byCode.map { ($0.key, .number(String($0.value))) })))
+            members += tail.map { ($0.0, $0.1.json) }
+            members.append(("positions", .array(positions.map { p -> JSONValue in
+                .object([("source", .string(p.source)), ("position", .number(String(p.position))), ("records", .number(String(p.records)))])
+            })))
+            if let lags {
+                members.append(("lag", .array(lags.map { lag -> JSONValue in
+                    let records: JSONValue = lag.records.map { .number(String($0)) } ?? .null
+                    let reason: JSONValue = lag.reason.map { .string($0) } ?? .null
+                    return .object([("source", .string(lag.source)), ("records", records), ("reason", reason)])
+                })))
             }
+            RowPrinter.emit(CanonicalJSON.encode(.object(members)))
+            return
+        }
+        var rows: [(String, Cell)] = counts.map { ($0.0, .int($0.1)) }
+        rows += byCode.map { ("quarantined.\($0.key)", .int(Int64($0.value))) }
+        rows += tail
+        rows += positions.map { ("position.\($0.source)", .int($0.position)) }
+        for lag in lags ?? [] {
+            let value: Cell = lag.records.map { Cell.int($0) } ?? Cell.text("unknown: \(lag.reason ?? "")")
+            rows.append(("lag.\(lag.source)", value))
         }
         var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
         for (metric, value) in rows { printer.row([.text(metric), value]) }
         printer.finish()
+    }
+
+    /// Sources in order: files by name, Kafka partitions by topic and then partition number
+    /// (`kafka:t/2` before `kafka:t/10`).
+    static func sourceOrder(_ source: String) -> (String, Int) {
+        guard source.hasPrefix("kafka:"), let slash = source.lastIndex(of: "/"),
+              let partition = Int(source[source.index(after: slash)...]) else { return (source, -1) }
+        return (String(source[..<slash]), partition)
     }
 }

@@ -154,8 +154,11 @@ final class Scratch {
             """
         let ingest = try run(Binaries.idrecon, ["ingest", "-", "--db", db, "--format", "json"], stdin: input)
         #expect(ingest.status == 0)
-        #expect(ingest.stdout.contains(#"{"metric":"appended","value":1}"#))
-        #expect(ingest.stdout.contains(#"{"metric":"quarantined.malformed_json","value":1}"#))
+        // One typed object: numbers as numbers, the codes as a map.
+        let summary = try JSONSerialization.jsonObject(with: Data(ingest.stdout.utf8)) as? [String: Any]
+        #expect(ingest.stdout.split(separator: "\n").count == 1)
+        #expect(summary?["appended"] as? Int == 1 && summary?["lines"] as? Int == 3 && summary?["quarantined"] as? Int == 2)
+        #expect((summary?["quarantined_by_code"] as? [String: Int]) == ["malformed_json": 1, "token_type_mismatch": 1])
 
         let list = try run(Binaries.idrecon, ["quarantine", "list", "--db", db, "--format", "json"])
         let rows = list.stdout.split(separator: "\n").map { try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any] }
@@ -173,6 +176,9 @@ final class Scratch {
         let stats = try run(Binaries.idrecon, ["stats", "--db", db, "--format", "csv"])
         #expect(stats.stdout.contains("events,1\n"))
         #expect(stats.stdout.contains("quarantined,2\n"))
+        let typed = try JSONSerialization.jsonObject(with: Data(try run(Binaries.idrecon, ["stats", "--db", db, "--format", "json"]).stdout.utf8))
+        #expect((typed as? [String: Any])?["events"] as? Int == 1)
+        #expect(((typed as? [String: Any])?["quarantined_by_code"] as? [String: Int])?["malformed_json"] == 1)
         #expect(try run(Binaries.idrecon, ["stats", "--help"]).status == 0)
     }
 

@@ -4,7 +4,7 @@ import IdreconDomain
 import Testing
 
 /// The subset of JSON Schema (2020-12) that `schemas/output` uses: type (one or a list),
-/// properties, required, additionalProperties: false, items, enum, pattern, minimum.
+/// properties, required, additionalProperties (false or a schema), items, enum, pattern, minimum.
 struct MiniSchema {
     let schema: JSONValue
 
@@ -41,6 +41,8 @@ struct MiniSchema {
                     found += errors(member, sub, "\(path).\(name)")
                 } else if case .bool(false)? = schema["additionalProperties"] {
                     found.append("\(path): unexpected \(name)")
+                } else if case .object? = schema["additionalProperties"], let sub = schema["additionalProperties"] {
+                    found += errors(member, sub, "\(path).\(name)")
                 }
             }
         }
