@@ -13,6 +13,12 @@ public struct KafkaError: Error, CustomStringConvertible, Sendable {
 
     public static func configuration(_ message: String) -> KafkaError { KafkaError(kind: .configuration, code: 0, message: message) }
 
+    /// Codes that mean no broker answered (transport failure, timeout, all brokers down):
+    /// asking again at once would fail the same way.
+    public static let unreachableCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR__TRANSPORT.rawValue, RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN.rawValue,
+    ]
+
     init(kind: Kind, code: Int32, message: String) {
         self.kind = kind
         self.code = code
@@ -25,9 +31,10 @@ public struct KafkaError: Error, CustomStringConvertible, Sendable {
 }
 
 /// Builds an `rd_kafka_conf_t` from key/value pairs; unknown keys and bad values are
-/// configuration errors naming the key.
+/// configuration errors naming the key. Its log lines go through `KafkaLog`.
 func makeConfiguration(_ settings: [(String, String)]) throws(KafkaError) -> OpaquePointer {
     let conf = rd_kafka_conf_new()!
+    rd_kafka_conf_set_log_cb(conf, KafkaLog.callback)
     var errstr = [CChar](repeating: 0, count: 512)
     for (key, value) in settings {
         let result = rd_kafka_conf_set(conf, key, value, &errstr, errstr.count)

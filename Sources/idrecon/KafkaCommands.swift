@@ -108,6 +108,9 @@ struct ConsumeCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = logging.logger("idrecon.consume")
+        var kafkaLogger = Logger(label: "librdkafka") // librdkafka's own lines, with its facility as metadata
+        kafkaLogger.logLevel = logging.logLevel
+        KafkaLog.route(to: kafkaLogger)
         var extra = settings.map { ($0.key, $0.value) }
         if oldKafkaConfig != nil { logger.warning("--config is now --kafka-config (the old name still works)") }
         let topic = topic ?? KafkaEnvironment.topic, group = group ?? KafkaEnvironment.group

@@ -12,7 +12,10 @@ struct StatsCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
-    @Option(help: "Kafka bootstrap servers: also show each partition's lag (end offset - stored offset).")
+    @Option(help: """
+        Kafka bootstrap servers: also show each partition's lag (end offset - stored offset). Brokers that do not \
+        answer within 5 s make the lags unknown (null, with the reason) and the exit code 1.
+        """)
     var brokers: String?
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value for --brokers (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
@@ -27,14 +30,22 @@ struct StatsCommand: AsyncParsableCommand {
             let watermarks: KafkaWatermarks
             do { watermarks = try KafkaWatermarks(brokers: brokers, settings: settings.map { ($0.key, $0.value) }) } catch { throw IdreconError(error) }
             lags = []
+            // Brokers that do not answer one partition within the timeout answer none: the rest
+            // are not asked (16 partitions would wait 16 times), and the command exits 1.
+            var unreachable: String?
             for position in positions where position.source.hasPrefix("kafka:") {
                 let name = position.source.dropFirst(6)
                 guard let slash = name.lastIndex(of: "/"), let partition = Int32(name[name.index(after: slash)...]) else { continue }
+                if let unreachable {
+                    lags?.append((position.source, nil, unreachable))
+                    continue
+                }
                 do {
-                    let end = try watermarks.end(topic: String(name[..<slash]), partition: partition)
+                    let end = try watermarks.end(topic: String(name[..<slash]), partition: partition, timeoutMs: Self.timeoutMs)
                     lags?.append((position.source, max(0, end - position.position), nil))
                 } catch {
-                    lags?.append((position.source, nil, "\(error)"))
+                    lags?.append((position.source, nil, error.description))
+                    if KafkaError.unreachableCodes.contains(error.code) { unreachable = error.description }
                 }
             }
         }
@@ -69,7 +80,7 @@ struct StatsCommand: AsyncParsableCommand {
                 })))
             }
             RowPrinter.emit(CanonicalJSON.encode(.object(members)))
-            return
+            return try Self.failIfLagUnknown(lags)
         }
         var rows: [(String, Cell)] = counts.map { ($0.0, .int($0.1)) }
         rows += byCode.map { ("quarantined.\($0.key)", .int(Int64($0.value))) }
@@ -82,6 +93,16 @@ struct StatsCommand: AsyncParsableCommand {
         var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
         for (metric, value) in rows { printer.row([.text(metric), value]) }
         printer.finish()
+        try Self.failIfLagUnknown(lags)
+    }
+
+    /// How long the brokers have to answer for a partition's end offset.
+    static let timeoutMs: Int32 = 5000
+
+    /// Lags asked for and not read: exit 1 (`transient`), after printing what is known.
+    static func failIfLagUnknown(_ lags: [(source: String, records: Int64?, reason: String?)]?) throws {
+        guard let unknown = lags?.filter({ $0.records == nil }), let first = unknown.first else { return }
+        throw IdreconError(.transient, "the lag of \(unknown.count) partition(s) is unknown: \(first.reason ?? "")")
     }
 
     /// Sources in order: files by name, Kafka partitions by topic and then partition number

@@ -141,6 +141,26 @@ struct Outcome: Equatable {
         }
     }
 
+    /// `stats --brokers` with brokers that do not answer: one timeout, not one per partition;
+    /// every lag null with its reason, the rest of the stats printed, exit 1.
+    @Test func statsWithUnreachableBrokersFailsFast() throws {
+        let s = Scratch()
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("u", partitions: 6, replicationFactor: 1)
+        try produce(Array(lines.prefix(600)), to: cluster, topic: "u")
+        let db = s.path("u.sqlite")
+        #expect(wait(try startConsumer(cluster, topic: "u", db: db)) == 0)
+        let started = Date()
+        let r = try run(Binaries.idrecon, ["stats", "--db", db, "--brokers", "127.0.0.1:1", "--format", "json"])
+        #expect(Date().timeIntervalSince(started) < 20)
+        #expect(r.status == 1 && r.stderr.contains("unknown"), "\(r.status) \(r.stderr)")
+        let stats = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any]
+        let lags = stats?["lag"] as? [[String: Any]] ?? []
+        #expect(lags.count == 6 && lags.allSatisfy { $0["records"] is NSNull && $0["reason"] is String }, "\(r.stdout)")
+        let sources = (stats?["positions"] as? [[String: Any]] ?? []).compactMap { $0["source"] as? String }
+        #expect(sources == (0..<6).map { "kafka:u/\($0)" })
+    }
+
     @Test func killedConsumerResumesWithoutLossOrDuplicates() throws {
         let s = Scratch()
         let cluster = try cluster(partitions: 6)
@@ -302,6 +322,32 @@ struct Outcome: Equatable {
         }
         #expect(!secrets.isEmpty)
         #expect(secrets.allSatisfy { !result.stderr.contains($0) }, "personal data was logged")
+    }
+
+    /// librdkafka's own lines (a refused connection) come through swift-log: JSON with
+    /// `--log-format json`, with their level, and filtered by `--log-level`.
+    @Test func librdkafkaLinesFollowTheLogFormatAndLevel() throws {
+        let s = Scratch()
+        func consume(_ level: String) throws -> [Substring] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+            process.arguments = ["consume", "--brokers", "127.0.0.1:1", "--db", s.path("db.sqlite"), "--log-format", "json",
+                                 "--log-level", level]
+            let err = Pipe()
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = err
+            try process.run()
+            usleep(2_500_000)
+            kill(process.processIdentifier, SIGTERM)
+            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            _ = wait(process, seconds: 30)
+            return text.split(separator: "\n")
+        }
+        let lines = try consume("info")
+        #expect(!lines.isEmpty && lines.allSatisfy { (try? JSONParser.parse(Array($0.utf8))) != nil }, "\(lines)")
+        let kafka = lines.compactMap { try? JSONParser.parse(Array($0.utf8)) }.filter { $0["logger"] == .string("librdkafka") }
+        #expect(!kafka.isEmpty && kafka.allSatisfy { $0["level"] == .string("error") && $0["metadata"]?["facility"] != nil }, "\(lines)")
+        #expect(try consume("critical").allSatisfy { !$0.contains("librdkafka") })
     }
 
     /// Offsets are stored per topic and partition: a second group, or the same topic name on
