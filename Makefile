@@ -20,10 +20,15 @@ deps:
 build: deps
 	$(SWIFT) build
 
+## release: optimized binaries in .build/release; the compiler's output goes to a log,
+## shown only when the build fails.
 release: deps
-	$(SWIFT) build -c release --product idrecon --static-swift-stdlib
-	$(SWIFT) build -c release --product idrecon-gen --static-swift-stdlib
-	$(SWIFT) build -c release --product idrecon-bench --static-swift-stdlib
+	@mkdir -p .build; log=.build/release-build.log; : > $$log; \
+	echo "building release binaries (about 10 minutes the first time; log: $$log)"; \
+	for product in idrecon idrecon-gen idrecon-bench; do \
+	  $(SWIFT) build -c release --product $$product --static-swift-stdlib >> $$log 2>&1 \
+	    || { tail -40 $$log; echo "release build failed: see $$log"; exit 1; }; \
+	done; echo "built: $(RELEASE_BIN)/idrecon $(RELEASE_BIN)/idrecon-gen"
 
 ## test: build everything and run every test.
 test: deps
@@ -32,7 +37,7 @@ test: deps
 
 ## demo: generate a realistic stream, ingest it, query it (tools/demo.sh).
 demo: release
-	tools/demo.sh
+	@tools/demo.sh
 
 ## bench: throughput, memory and latency vs a hand-written baseline (tools/bench.py; EVENTS=N, ARGS=--quick).
 bench: release

@@ -46,9 +46,11 @@ struct AuditCommand: AsyncParsableCommand {
             }
             let store = try openForReading(global)
             let policy = AuditPolicy(strict: strict, identityScope: scope == .identity)
+            // The call's own fields (`call`) in JSON only: a table or CSV row names its line instead.
+            let withCall = output.resolved == .json
             var printer = RowPrinter(format: output.resolved, columns: [
-                "line", "called_at", "asid", "kind", "state", "limited_asid", "evidence_event", "evidence_device", "call",
-            ], streamingTable: true)
+                "line", "called_at", "asid", "kind", "state", "limited_asid", "evidence_event", "evidence_device",
+            ] + (withCall ? ["call"] : []), streamingTable: true)
             var reader = CallReader()
             var calls: [GraphCall] = []
             var raws: [Int: JSONValue] = [:]
@@ -62,8 +64,7 @@ struct AuditCommand: AsyncParsableCommand {
                     printer.row([
                         .int(Int64(v.call.line)), .text(Timestamp.format(v.call.calledAt)), .text(v.call.asid), .text(v.kind.rawValue),
                         .text(v.state.rawValue), .text(v.limitedASID), .text(v.evidenceEvent), .text(v.evidenceDevice),
-                        .json(raws[v.call.line] ?? .null),
-                    ])
+                    ] + (withCall ? [.json(raws[v.call.line] ?? .null)] : []))
                 }
                 calls.removeAll(keepingCapacity: true)
                 raws.removeAll(keepingCapacity: true)
@@ -95,7 +96,9 @@ struct AuditCommand: AsyncParsableCommand {
             printer.finish()
             let violations = byKind.values.reduce(0, +)
             let detail = ViolationKind.allCases.compactMap { k in byKind[k].map { "\(k.rawValue) \($0)" } }.joined(separator: ", ")
-            FileHandle.standardError.write(Data("audit: \(total) calls, \(violations) violations\(detail.isEmpty ? "" : " (\(detail))")\n".utf8))
+            func count(_ n: Int, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
+            FileHandle.standardError.write(Data(
+                "audit: \(count(total, "call")), \(count(violations, "violation"))\(detail.isEmpty ? "" : " (\(detail))")\n".utf8))
             if violations > 0 { throw ExitCode(IdreconError.Kind.violation.exitCode) }
         }
     }

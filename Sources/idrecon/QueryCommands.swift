@@ -21,7 +21,12 @@ enum NotFound {
 
 struct DeviceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "device", abstract: "Show one device: its login mode, who is logged in, counts and anomalies.")
+        commandName: "device", abstract: "Show one device: its login mode, who is logged in, counts and anomalies.",
+        discussion: """
+            mode is the latest event's: enabled, limited (Limited Login) or logged_out. anomalies counts the \
+            switches between an enabled and a limited login (or back) with no logout between them: a device that \
+            changed login mode without logging out.
+            """)
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions

@@ -134,11 +134,12 @@ import Testing
         #expect(r.status == 1)
         #expect(r.stdout.contains(#""line":2"#) && r.stdout.contains(#""kind":"limited""#) && r.stdout.contains(#""evidence_event":"b""#))
         #expect(r.stdout.contains(#""endpoint":"/me/friends""#)) // extra fields kept
-        #expect(r.stderr.contains("2 calls, 1 violations (limited 1)"))
+        #expect(r.stderr.contains("2 calls, 1 violation (limited 1)"))
         let csv = "asid,called_at,endpoint\n400,2026-11-01T10:00:00Z,\"/me, friends\"\n300,2026-11-01T10:00:00Z,/me\n"
         let c = try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db, "--format", "csv", "--scope", "identity"], stdin: csv)
         #expect(c.status == 1)
         #expect(c.stdout.contains("2,2026-11-01T10:00:00.000Z,400,limited") && c.stdout.contains("3,2026-11-01T10:00:00.000Z,300,identity"))
+        #expect(c.stdout.hasPrefix("line,called_at,asid,kind,state,limited_asid,evidence_event,evidence_device\n"), "no empty call column")
         let broken = clean + "{\"called_at\":\"yesterday\",\"asid\":\"1\"}\n"
         let b = try run(Binaries.idrecon, ["audit", "calls", "-", "--db", db], stdin: broken)
         #expect(b.status == 2 && b.stderr.contains("line 2"))
