@@ -264,14 +264,21 @@ struct ExportCommand: AsyncParsableCommand {
 
     enum Kind: String, ExpressibleByArgument, CaseIterable { case identities, devices, friends, access, skipped }
 
+    /// What an export writes: files for other tools, so no table.
+    enum Format: String, ExpressibleByArgument, CaseIterable { case json, csv }
+
     @OptionGroup var global: GlobalOptions
     @Argument(help: "identities, devices, friends, access, or skipped (source positions never read: Kafka retention gaps).")
     var kind: Kind
-    @Option(help: "json (JSON lines) or csv.") var format: OutputFormat = .json
+    @Option(help: "json (JSON lines) or csv.") var format: Format = .json
     @Option(help: ArgumentHelp("For access: judge at this time (RFC 3339).", valueName: "T")) var asOf: TimeArgument?
+    @Option(help: ArgumentHelp("""
+        Write to FILE instead of standard output: to a temporary file beside it, renamed over FILE once complete \
+        (a reader never sees half an export; a failed export leaves FILE as it was).
+        """, valueName: "file"))
+    var output: String?
 
     func validate() throws {
-        if format == .table { throw ValidationError("export writes json or csv") }
         if asOf != nil, kind != .access { throw ValidationError("--as-of applies to 'export access' only") }
     }
 
@@ -280,7 +287,8 @@ struct ExportCommand: AsyncParsableCommand {
         let exportKind = ExportKind(rawValue: kind.rawValue)!
         var out: [UInt8] = []
         out.reserveCapacity(1 << 16)
-        let stdout = FileHandle.standardOutput
+        let file = try output.map { path throws(IdreconError) in try AtomicOutput(path, database: global) }
+        let stdout = file?.handle ?? FileHandle.standardOutput
         if format == .csv { out += Array((exportKind.columns.joined(separator: ",") + "\n").utf8) }
         try store.export(exportKind, asOf: asOf?.millis) { values in
             if format == .csv {
@@ -305,11 +313,63 @@ struct ExportCommand: AsyncParsableCommand {
             }
             out.append(0x0A)
             if out.count > 1 << 16 {
-                stdout.write(Data(out))
+                try AtomicOutput.write(out, to: stdout, path: output)
                 out.removeAll(keepingCapacity: true)
             }
         }
-        stdout.write(Data(out))
+        try AtomicOutput.write(out, to: stdout, path: output)
+        try file?.commit()
+    }
+}
+
+/// A file written beside its destination and renamed over it once complete. Never the
+/// database or its WAL (a descriptor of SQLite's file must never be opened by us: closing
+/// it would drop SQLite's locks). Until `commit`, dropping it removes the temporary file.
+final class AtomicOutput {
+    let handle: FileHandle
+    private let path: String
+    private let temporary: String
+    private var committed = false
+
+    init(_ path: String, database: GlobalOptions) throws(IdreconError) {
+        if EventStore.isDatabaseFile(path, of: database.databasePath) {
+            throw IdreconError(.usage, "cannot write \(path): it is the database itself")
+        }
+        let url = URL(fileURLWithPath: path)
+        temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).tmp").path
+        guard FileManager.default.createFile(atPath: temporary, contents: nil, attributes: [.posixPermissions: 0o644]),
+              let handle = FileHandle(forWritingAtPath: temporary) else {
+            throw IdreconError(.input, "cannot write \(path): check that its directory exists and is writable")
+        }
+        (self.handle, self.path) = (handle, path)
+    }
+
+    deinit {
+        if !committed {
+            try? handle.close()
+            try? FileManager.default.removeItem(atPath: temporary)
+        }
+    }
+
+    /// Writes `bytes`; a failure (a full disk) names the destination.
+    static func write(_ bytes: [UInt8], to handle: FileHandle, path: String?) throws(IdreconError) {
+        do { try handle.write(contentsOf: bytes) } catch {
+            throw IdreconError(.storage, "cannot write \(path ?? "standard output"): \(error.localizedDescription)")
+        }
+    }
+
+    /// Flushes the file to disk and renames it over the destination.
+    func commit() throws(IdreconError) {
+        do {
+            try handle.synchronize()
+            try handle.close()
+            guard rename(temporary, path) == 0 else { throw IdreconError(.storage, "cannot rename onto \(path): \(String(cString: strerror(errno)))") }
+            committed = true
+        } catch let error as IdreconError {
+            throw error
+        } catch {
+            throw IdreconError(.storage, "cannot write \(path): \(error.localizedDescription)")
+        }
     }
 }
 

@@ -73,6 +73,21 @@ import Testing
         #expect(try run(Binaries.idrecon, ["device", "-", "--db", db], stdin: "justone\n").status == 2)
     }
 
+    /// `export --output FILE` writes what standard output would get, through a temporary file
+    /// renamed once complete (none is left behind); never onto the database; no table format.
+    @Test func exportToAFileIsAtomic() throws {
+        let (s, db) = try db()
+        let file = s.path("devices.csv")
+        FileManager.default.createFile(atPath: file, contents: Data("old\n".utf8))
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "csv", "--output", file]).status == 0)
+        let piped = try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "csv"]).stdout
+        #expect(String(decoding: try Data(contentsOf: URL(fileURLWithPath: file)), as: UTF8.self) == piped)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: s.url.path).filter { $0.hasSuffix(".tmp") }.isEmpty)
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--output", db]).status == 2)
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "table"]).status == 2)
+        #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--output", s.path("no/such/dir.json")]).status == 2)
+    }
+
     @Test func exportsHaveTheSpecFields() throws {
         let (s, db) = try db()
         _ = s
