@@ -72,10 +72,18 @@ struct AuditCommand: AsyncParsableCommand {
 
             var buffer: [UInt8] = []
             var eof = false
+            // On a terminal: calls judged, and the share of the file read (for the ETA).
+            var progress = ProgressLine()
+            let size = file == "-" ? nil : (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int64) ?? nil
+            var bytesRead: Int64 = 0
+            defer { progress.done() }
             while !eof {
                 let chunk = handle.readData(ofLength: 1 << 20)
                 eof = chunk.isEmpty
+                bytesRead += Int64(chunk.count)
                 buffer.append(contentsOf: chunk)
+                progress.update("audit", done: Int64(total), total: nil, unit: "calls",
+                                progress: size.map { $0 > 0 ? Double(bytesRead) / Double($0) : 1 })
                 var start = 0
                 while true {
                     let newline = buffer[start...].firstIndex(of: 0x0A)

@@ -42,11 +42,9 @@ struct IngestCommand: AsyncParsableCommand {
         let summary: IngestSummary
         do {
             summary = try ingestor.ingest(path: file) { p in
-                progress.update({
-                    let pct = p.bytesTotal.map { $0 > 0 ? String(format: " %5.1f%%", Double(p.bytesDone) * 100 / Double($0)) : "" } ?? ""
-                    let rate = Double(p.lines) / max(Date().timeIntervalSince(started), 0.001)
-                    return "ingest: \(p.lines) lines\(pct), \(Int(rate)) lines/s"
-                }())
+                // Lines read so far; the share of the file's bytes read gives the ETA.
+                progress.update("ingest", done: p.lines, total: nil, unit: "lines",
+                                progress: p.bytesTotal.map { $0 > 0 ? Double(p.bytesDone) / Double($0) : 1 })
             }
         } catch {
             progress.done()

@@ -32,6 +32,30 @@ struct KafkaSetting: ExpressibleByArgument {
     }
 }
 
+/// A consumer's busy time: from its first record to the last time the count grew. Its rate
+/// over that time says how fast it consumes, which its whole life (waiting for a broker,
+/// idling at the end of the topic) would not.
+final class BusyClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var first: Date?, last: Date?, records = 0
+    /// The last time no record had been read yet: the first batch was read after it.
+    private var idle = Date()
+
+    func observe(records: Int) {
+        lock.withLock {
+            let now = Date()
+            if records == 0 { idle = now }
+            guard records > self.records else { return }
+            if first == nil { first = idle }
+            (last, self.records) = (now, records)
+        }
+    }
+
+    var seconds: Double { lock.withLock { first.flatMap { f in last.map { $0.timeIntervalSince(f) } } ?? 0 } }
+
+    func rate(_ records: Int) -> Double { Double(records) / max(seconds, 0.001) }
+}
+
 /// `IDRECON_BROKERS`, `IDRECON_TOPIC` and `IDRECON_GROUP`: what `consume` and `produce` use
 /// when the flag is left out (the deploy example's environment file sets them). Empty is unset.
 enum KafkaEnvironment {
@@ -161,14 +185,15 @@ struct ConsumeCommand: AsyncParsableCommand {
             monitor = watcher
         }
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
-        let started = Date()
+        let busy = BusyClock()
         let outcome = await Self.onThread { [monitor] () -> Result<ConsumeSummary, any Error> in
             var progress = ProgressLine()
             defer { progress.done() }
             return Result {
                 try ingestor.run(shouldStop: { StopSignal.isRequested }) { s in
                     monitor?.observe(s)
-                    progress.update("consume: \(s.records) records, \(Int(Double(s.records) / max(Date().timeIntervalSince(started), 0.001))) records/s")
+                    busy.observe(records: s.records)
+                    progress.update("consume: \(s.records) records, \(Int(busy.rate(s.records))) records/s")
                 }
             }
         }
@@ -185,10 +210,10 @@ struct ConsumeCommand: AsyncParsableCommand {
             throw failure.kind == .storage ? IdreconError(.transient, failure.description) : failure
         }
         withExtendedLifetime(cluster) {}
-        let seconds = Date().timeIntervalSince(started)
         logger.info("stopped", metadata: [
             "records": "\(summary.records)", "appended": "\(summary.outcome.appended)", "duplicates": "\(summary.outcome.duplicates)",
-            "quarantined": "\(summary.outcome.quarantinedTotal)", "records_per_second": "\(Int(Double(summary.records) / max(seconds, 0.001)))",
+            "quarantined": "\(summary.outcome.quarantinedTotal)", "records_per_second": "\(Int(busy.rate(summary.records)))",
+            "busy_seconds": "\(String(format: "%.1f", busy.seconds))",
             "skipped": "\(summary.skipped)",
         ])
         if summary.skipped > 0 {

@@ -225,6 +225,26 @@ extension IdreconError {
 struct ProgressLine {
     let enabled = isatty(STDERR_FILENO) != 0
     private var lastDraw = Date.distantPast
+    private let started = Date()
+
+    /// `what: done/total unit (pct), rate unit/s, ETA m:ss` (the total, percentage and ETA
+    /// when the total is known): one format for every long command.
+    mutating func update(_ what: String, done: Int64, total: Int64?, unit: String, progress: Double? = nil) {
+        guard enabled, Date().timeIntervalSince(lastDraw) > 0.2 else { return }
+        let elapsed = max(Date().timeIntervalSince(started), 0.001)
+        let rate = Double(done) / elapsed
+        var text = "\(what): \(done)"
+        if let total { text += "/\(total)" }
+        text += " \(unit)"
+        let fraction = progress ?? total.map { $0 > 0 ? Double(done) / Double($0) : 1 }
+        if let fraction { text += String(format: " (%.1f%%)", min(fraction, 1) * 100) }
+        text += ", \(Int(rate)) \(unit)/s"
+        if let fraction, fraction > 0.001, fraction < 1 {
+            let remaining = Int(elapsed * (1 - fraction) / fraction)
+            text += String(format: ", ETA %d:%02d", remaining / 60, remaining % 60)
+        }
+        update(text)
+    }
 
     mutating func update(_ text: @autoclosure () -> String) {
         guard enabled, Date().timeIntervalSince(lastDraw) > 0.2 else { return }

@@ -402,7 +402,7 @@ struct ReplayCommand: AsyncParsableCommand {
         let store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         var progress = ProgressLine()
         let report = try store.replay(config: identityConfig, verifyOnly: verify) { done, total in
-            progress.update("replay: \(done)/\(total) events")
+            progress.update("replay", done: done, total: total, unit: "events")
         } waiting: {
             FileHandle.standardError.write(Data("replay: waiting for another replay of \(global.databasePath) to finish\n".utf8))
         }
