@@ -48,7 +48,7 @@ struct AuditCommand: AsyncParsableCommand {
             let policy = AuditPolicy(strict: strict, identityScope: scope == .identity)
             // The call's own fields (`call`) in JSON only: a table or CSV row names its line instead.
             let withCall = output.resolved == .json
-            var printer = RowPrinter(format: output.resolved, columns: [
+            var printer = RowPrinter(output, columns: [
                 "line", "called_at", "asid", "kind", "state", "limited_asid", "evidence_event", "evidence_device",
             ] + (withCall ? ["call"] : []), streamingTable: true)
             var reader = CallReader()

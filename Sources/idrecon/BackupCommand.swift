@@ -24,7 +24,7 @@ struct BackupCommand: AsyncParsableCommand {
     func run() async throws {
         let started = Date()
         let bytes = try EventStore(path: global.databasePath, readOnly: true).backup(to: out)
-        var printer = RowPrinter(format: output.resolved, columns: ["backup", "bytes", "seconds"])
+        var printer = RowPrinter(output, columns: ["backup", "bytes", "seconds"])
         printer.row([.text(out), .int(bytes), .json(.number(String(format: "%.3f", Date().timeIntervalSince(started))))])
         printer.finish()
     }

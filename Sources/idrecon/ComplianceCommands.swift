@@ -25,7 +25,7 @@ struct ForgetCommand: AsyncParsableCommand {
             throw IdreconError(.notFound, "ASID \(asid) was never seen; nothing to forget")
         }
         let report = try store.forget(asid)
-        var printer = RowPrinter(format: output.resolved, columns: ["asid", "events_scrubbed", "quarantined_scrubbed", "replayed_events"])
+        var printer = RowPrinter(output, columns: ["asid", "events_scrubbed", "quarantined_scrubbed", "replayed_events"])
         printer.row([.text(asid), .int(Int64(report.events)), .int(Int64(report.quarantined)), .int(report.replay.events)])
         printer.finish()
     }

@@ -67,7 +67,7 @@ struct IngestCommand: AsyncParsableCommand {
             ])))
             return
         }
-        var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
+        var printer = RowPrinter(output, columns: ["metric", "value"])
         let rows: [(String, Int64)] = [
             ("lines", summary.lines), ("appended", Int64(summary.outcome.appended)),
             ("duplicates", Int64(summary.outcome.duplicates)), ("quarantined", Int64(summary.outcome.quarantinedTotal)),

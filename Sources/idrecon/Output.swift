@@ -33,6 +33,8 @@ struct GlobalOptions: ParsableArguments {
 struct FormatOptions: ParsableArguments {
     @Option(help: "Output format: table, json (JSON lines) or csv. Default: table on a terminal, json when piped.")
     var format: OutputFormat?
+    @Flag(help: "Tables: each row as one field per line (as sqlite3's .mode line), for wide rows.")
+    var vertical = false
 
     var resolved: OutputFormat { format ?? (isatty(STDOUT_FILENO) != 0 ? .table : .json) }
 }
@@ -91,12 +93,23 @@ struct RowPrinter {
     private var tableRows: [[String]] = []
     private var headerPrinted = false
 
-    init(format: OutputFormat, columns: [String], streamingTable: Bool = false, verticalWhenNarrow: Bool = false) {
+    /// Tables: every row one field per line (`--vertical`).
+    let vertical: Bool
+
+    init(format: OutputFormat, columns: [String], streamingTable: Bool = false, verticalWhenNarrow: Bool = false,
+         vertical: Bool = false) {
         self.format = format
         self.columns = columns
         self.streamingTable = streamingTable
         self.verticalWhenNarrow = verticalWhenNarrow
+        self.vertical = vertical
         if format == .csv { Self.emit(columns.map(Self.csvField).joined(separator: ",")) }
+    }
+
+    /// A printer in the format (and `--vertical`) the command's options ask for.
+    init(_ options: FormatOptions, columns: [String], streamingTable: Bool = false, verticalWhenNarrow: Bool = false) {
+        self.init(format: options.resolved, columns: columns, streamingTable: streamingTable,
+                  verticalWhenNarrow: verticalWhenNarrow, vertical: options.vertical)
     }
 
     mutating func row(_ cells: [Cell]) {
@@ -136,8 +149,9 @@ struct RowPrinter {
                 return clipped.padding(toLength: width, withPad: " ", startingAt: 0)
             }.joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }
-        let width = widths.reduce(0, +) + 2 * max(0, widths.count - 1)
-        if verticalWhenNarrow, let columns = Self.terminalColumns, width > columns {
+        var width = widths.reduce(0, +) + 2 * max(0, widths.count - 1)
+        let terminal = Self.terminalColumns
+        if vertical || verticalWhenNarrow && width > (terminal ?? .max) {
             let nameWidth = self.columns.map(\.count).max() ?? 0
             for (i, row) in tableRows.enumerated() {
                 if i > 0 || headerPrinted { Self.emit("") }
@@ -148,6 +162,12 @@ struct RowPrinter {
             headerPrinted = true
             tableRows.removeAll(keepingCapacity: true)
             return
+        }
+        // Wider than the terminal: the widest columns give way (down to 8 characters each),
+        // their cells shortened with "…"; the full values are in --vertical, JSON and CSV.
+        while let terminal, width > terminal, let widest = widths.indices.max(by: { widths[$0] < widths[$1] }), widths[widest] > 8 {
+            widths[widest] -= 1
+            width -= 1
         }
         if !headerPrinted { Self.emit(line(columns.map { $0.uppercased() })) }
         headerPrinted = true

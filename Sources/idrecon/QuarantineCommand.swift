@@ -31,7 +31,7 @@ struct QuarantineCommand: AsyncParsableCommand {
 
         func run() async throws {
             let store = try EventStore(path: global.databasePath, readOnly: true)
-            var printer = RowPrinter(format: output.resolved, columns: ["id", "code", "source", "position", "event_id", "message"])
+            var printer = RowPrinter(output, columns: ["id", "code", "source", "position", "event_id", "message"])
             var after: Int64 = 0
             var remaining = limit == 0 ? Int.max : limit
             while remaining > 0 {
@@ -74,7 +74,7 @@ struct QuarantineCommand: AsyncParsableCommand {
                 }
                 return result
             }
-            var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
+            var printer = RowPrinter(output, columns: ["metric", "value"])
             printer.row([.text("appended"), .int(Int64(outcome.appended))])
             printer.row([.text("already_logged"), .int(Int64(outcome.duplicates))])
             printer.row([.text("still_quarantined"), .int(Int64(outcome.quarantinedTotal))])
@@ -97,7 +97,7 @@ struct QuarantineCommand: AsyncParsableCommand {
             entry = try EventStore(path: global.databasePath, readOnly: true).quarantineEntry(id: id)
             guard let entry else { throw IdreconError(.notFound, "no quarantine entry \(id)") }
             let text = String(validating: entry.raw, as: UTF8.self)
-            var printer = RowPrinter(format: output.resolved, columns: [
+            var printer = RowPrinter(output, columns: [
                 "id", "code", "message", "source", "position", "partition", "key", "event_id", "quarantined_at", "raw", "raw_base64",
             ])
             printer.row([

@@ -56,7 +56,7 @@ struct DeviceCommand: AsyncParsableCommand {
             pairs.append((parts[0], parts[1]))
         }
         let store = try openForReading(global)
-        var printer = RowPrinter(format: output.resolved, columns: [
+        var printer = RowPrinter(output, columns: [
             "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
         ], verticalWhenNarrow: pairs.count == 1)
         var missing: [String] = []
@@ -97,7 +97,7 @@ struct AccessCommand: AsyncParsableCommand {
     func run() async throws {
         let asids = try KeyList.asids(asids, from: from, global: global)
         let store = try openForReading(global)
-        var printer = RowPrinter(format: output.resolved, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
+        var printer = RowPrinter(output, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
         var unseen = false
         for asid in asids {
             let a = try store.access(asid, asOf: asOf?.millis)
@@ -155,7 +155,7 @@ struct UserCommand: AsyncParsableCommand {
         let asked = max(1, asids.count)
         guard !users.isEmpty else { return try NotFound.report(missing, of: asked) }
         if history {
-            var printer = RowPrinter(format: output.resolved, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
+            var printer = RowPrinter(output, columns: ["user_id", "at", "event_id", "key", "absorbed", "into"])
             for user in users {
                 for step in try store.mergeHistory(user) {
                     printer.row([.text(user), .text(Timestamp.format(step.at)), .text(step.event),
@@ -165,7 +165,7 @@ struct UserCommand: AsyncParsableCommand {
             printer.finish()
             return try NotFound.report(missing, of: asked)
         }
-        var printer = RowPrinter(format: output.resolved, columns: [
+        var printer = RowPrinter(output, columns: [
             "user_id", "asid", "first_login_at", "access", "devices", "keys", "ambiguous_keys", "any_limited",
         ], verticalWhenNarrow: true)
         for user in users {
@@ -226,7 +226,7 @@ struct ExplainCommand: AsyncParsableCommand {
             case let (ua?, ub?): throw IdreconError(.notFound, "\(a) (\(ua)) and \(b) (\(ub)) are not linked by any shared, unambiguous key")
             }
         }
-        var printer = RowPrinter(format: output.resolved, columns: ["step", "from", "key", "to", "from_event", "to_event"])
+        var printer = RowPrinter(output, columns: ["step", "from", "key", "to", "from_event", "to_event"])
         for (i, hop) in chain.enumerated() {
             printer.row([.int(Int64(i + 1)), .text(hop.from), .text(hop.key), .text(hop.to), .text(hop.fromEvent), .text(hop.toEvent)])
         }
@@ -247,7 +247,7 @@ struct FriendsCommand: AsyncParsableCommand {
         guard try store.seen(asid) else {
             throw IdreconError(.notFound, "ASID \(asid) was never seen")
         }
-        var printer = RowPrinter(format: output.resolved, columns: ["asid", "friend", "access", "listed_by"])
+        var printer = RowPrinter(output, columns: ["asid", "friend", "access", "listed_by"])
         for f in try store.friends(of: asid) {
             let state = try store.access(f.friend).state
             let by = f.listedByMe && f.listedByThem ? "both" : f.listedByMe ? asid : f.friend
@@ -407,7 +407,7 @@ struct ReplayCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("replay: waiting for another replay of \(global.databasePath) to finish\n".utf8))
         }
         progress.done()
-        var printer = RowPrinter(format: output.resolved, columns: ["projection", "digest", "live_digest", "match"])
+        var printer = RowPrinter(output, columns: ["projection", "digest", "live_digest", "match"])
         for name in report.rebuilt.keys.sorted() {
             // A boolean in JSON; the table says DRIFT where a reader's eye should stop.
             let match = report.rebuilt[name] == report.live[name]

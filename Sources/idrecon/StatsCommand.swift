@@ -90,7 +90,7 @@ struct StatsCommand: AsyncParsableCommand {
             let value: Cell = lag.records.map { Cell.int($0) } ?? Cell.text("unknown: \(lag.reason ?? "")")
             rows.append(("lag.\(lag.source)", value))
         }
-        var printer = RowPrinter(format: output.resolved, columns: ["metric", "value"])
+        var printer = RowPrinter(output, columns: ["metric", "value"])
         for (metric, value) in rows { printer.row([.text(metric), value]) }
         printer.finish()
         try Self.failIfLagUnknown(lags)

@@ -73,6 +73,17 @@ import Testing
         #expect(try run(Binaries.idrecon, ["device", "-", "--db", db], stdin: "justone\n").status == 2)
     }
 
+    /// `--vertical` prints each row as one field per line, every field whole.
+    @Test func verticalTablesShowEveryFieldOnItsOwnLine() throws {
+        let (s, db) = try db()
+        _ = s
+        let r = try run(Binaries.idrecon, ["access", "300", "400", "--db", db, "--format", "table", "--vertical"])
+        #expect(r.status == 0)
+        let lines = r.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.filter { $0.hasPrefix("asid ") }.count == 2 && lines.contains(""), "\(r.stdout)")
+        #expect(lines.contains { $0.hasPrefix("evidence_device") && $0.hasSuffix("2/Q") }, "\(r.stdout)")
+    }
+
     /// `export --output FILE` writes what standard output would get, through a temporary file
     /// renamed once complete (none is left behind); never onto the database; no table format.
     @Test func exportToAFileIsAtomic() throws {
