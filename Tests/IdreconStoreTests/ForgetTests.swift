@@ -108,6 +108,16 @@ import Testing
         #expect(later.outcome.appended == 1)
         #expect(try occurrences() == 0)
         #expect(try s.store.userID(asid: "300") == "u:300")
+
+        // Retrying the quarantine after the erasure: q2's only defect was the e-mail claim the
+        // erasure removed, so it is valid now and is logged (scrubbed, like any record of a
+        // forgotten ASID); q1's permission is still out of scope, so it stays.
+        let retried = try s.store.retryQuarantine { EventValidator.validate($0) }
+        #expect(retried.appended == 1)
+        #expect(try s.store.eventPayloads().contains { $0.eventID == "q2" })
+        let left = try s.store.quarantineEntries().map { "\($0.code)" }
+        #expect(left.count == 2 && left.allSatisfy { $0.contains("permission_out_of_scope") }, "\(left)")
+        #expect(try occurrences() == 0)
         try s.verifyReplay()
     }
 }
