@@ -154,6 +154,7 @@ final class Scratch {
             """
         let ingest = try run(Binaries.idrecon, ["ingest", "-", "--db", db, "--format", "json"], stdin: input)
         #expect(ingest.status == 0)
+        #expect(!ingest.stderr.contains("\r") && !ingest.stderr.contains("ETA"), "no progress line when piped")
         // One typed object: numbers as numbers, the codes as a map.
         let summary = try JSONSerialization.jsonObject(with: Data(ingest.stdout.utf8)) as? [String: Any]
         #expect(ingest.stdout.split(separator: "\n").count == 1)
