@@ -260,17 +260,21 @@ struct FriendsCommand: AsyncParsableCommand {
 struct ExportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export",
-        abstract: "Export a projection as JSON lines (default) or CSV, sorted, with the spec's exact fields.")
+        abstract: "Export a projection as JSON lines (default), CSV or Parquet, sorted, with the spec's exact fields.",
+        discussion: """
+            Parquet is written by DuckDB (its Python package: python3 -m pip install duckdb) from the JSON lines, \
+            to --output FILE.
+            """)
 
     enum Kind: String, ExpressibleByArgument, CaseIterable { case identities, devices, friends, access, skipped }
 
     /// What an export writes: files for other tools, so no table.
-    enum Format: String, ExpressibleByArgument, CaseIterable { case json, csv }
+    enum Format: String, ExpressibleByArgument, CaseIterable { case json, csv, parquet }
 
     @OptionGroup var global: GlobalOptions
     @Argument(help: "identities, devices, friends, access, or skipped (source positions never read: Kafka retention gaps).")
     var kind: Kind
-    @Option(help: "json (JSON lines) or csv.") var format: Format = .json
+    @Option(help: "json (JSON lines), csv, or parquet (needs --output and DuckDB).") var format: Format = .json
     @Option(help: ArgumentHelp("For access: judge at this time (RFC 3339).", valueName: "T")) var asOf: TimeArgument?
     @Option(help: ArgumentHelp("""
         Write to FILE instead of standard output: to a temporary file beside it, renamed over FILE once complete \
@@ -280,6 +284,7 @@ struct ExportCommand: AsyncParsableCommand {
 
     func validate() throws {
         if asOf != nil, kind != .access { throw ValidationError("--as-of applies to 'export access' only") }
+        if format == .parquet, output == nil { throw ValidationError("--format parquet writes a file: give --output FILE") }
     }
 
     func run() async throws {
@@ -287,7 +292,9 @@ struct ExportCommand: AsyncParsableCommand {
         let exportKind = ExportKind(rawValue: kind.rawValue)!
         var out: [UInt8] = []
         out.reserveCapacity(1 << 16)
-        let file = try output.map { path throws(IdreconError) in try AtomicOutput(path, database: global) }
+        // Parquet: JSON lines to a temporary file first, which DuckDB then converts.
+        let jsonLines = format == .parquet ? output.map { $0 + ".jsonl" } : output
+        let file = try jsonLines.map { path throws(IdreconError) in try AtomicOutput(path, database: global) }
         let stdout = file?.handle ?? FileHandle.standardOutput
         if format == .csv { out += Array((exportKind.columns.joined(separator: ",") + "\n").utf8) }
         try store.export(exportKind, asOf: asOf?.millis) { values in
@@ -319,6 +326,41 @@ struct ExportCommand: AsyncParsableCommand {
         }
         try AtomicOutput.write(out, to: stdout, path: output)
         try file?.commit()
+        if format == .parquet, let output, let jsonLines {
+            defer { try? FileManager.default.removeItem(atPath: jsonLines) }
+            try Self.parquet(from: jsonLines, to: output, database: global)
+        }
+    }
+
+    /// Converts JSON lines to Parquet with DuckDB's Python package, through a temporary file
+    /// renamed over `path` once DuckDB has written it whole.
+    static func parquet(from jsonLines: String, to path: String, database: GlobalOptions) throws {
+        let target = try AtomicOutput(path, database: database)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        let script = """
+            import sys
+            try:
+                import duckdb
+            except ImportError:
+                sys.exit(3)
+            duckdb.execute("COPY (SELECT * FROM read_ndjson_auto(?)) TO '" + sys.argv[2].replace("'", "''") + "' (FORMAT parquet)", [sys.argv[1]])
+            """
+        process.arguments = ["python3", "-c", script, jsonLines, target.temporaryPath]
+        let errors = Pipe()
+        process.standardError = errors
+        do { try process.run() } catch {
+            throw IdreconError(.usage, "Parquet output needs python3 with DuckDB (python3 -m pip install duckdb); or export json or csv")
+        }
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        switch process.terminationStatus {
+        case 0: try target.commit(replacingContents: true)
+        case 3, 127: throw IdreconError(.usage, "Parquet output needs python3 with DuckDB (python3 -m pip install duckdb); or export json or csv")
+        default:
+            let last = message.split(separator: "\n").last.map(String.init) ?? "exit \(process.terminationStatus)"
+            throw IdreconError(.transient, "DuckDB could not write \(path): \(RowPrinter.escape(last))")
+        }
     }
 }
 
@@ -330,6 +372,8 @@ final class AtomicOutput {
     private let path: String
     private let temporary: String
     private var committed = false
+    /// Where the file is written until `commit`, for a program that writes it itself.
+    var temporaryPath: String { temporary }
 
     init(_ path: String, database: GlobalOptions) throws(IdreconError) {
         if EventStore.isDatabaseFile(path, of: database.databasePath) {
@@ -358,10 +402,11 @@ final class AtomicOutput {
         }
     }
 
-    /// Flushes the file to disk and renames it over the destination.
-    func commit() throws(IdreconError) {
+    /// Flushes the file to disk and renames it over the destination; `replacingContents`:
+    /// another program wrote the temporary file (through its path), so only the rename.
+    func commit(replacingContents: Bool = false) throws(IdreconError) {
         do {
-            try handle.synchronize()
+            if !replacingContents { try handle.synchronize() }
             try handle.close()
             guard rename(temporary, path) == 0 else { throw IdreconError(.storage, "cannot rename onto \(path): \(String(cString: strerror(errno)))") }
             committed = true

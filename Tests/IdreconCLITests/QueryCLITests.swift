@@ -99,6 +99,28 @@ import Testing
         #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--output", s.path("no/such/dir.json")]).status == 2)
     }
 
+    /// `--format parquet` (through DuckDB, when its Python package is installed): the rows of
+    /// the JSON export, lists as lists; without --output a usage error.
+    @Test func exportToParquetHoldsTheJSONRows() throws {
+        let (s, db) = try db()
+        #expect(try run(Binaries.idrecon, ["export", "identities", "--db", db, "--format", "parquet"]).status == 2)
+        guard (try? run("/usr/bin/env", ["python3", "-c", "import duckdb"]).status) == 0 else {
+            print("skipped: exportToParquetHoldsTheJSONRows needs DuckDB for Python (python3 -m pip install duckdb)")
+            return
+        }
+        let file = s.path("identities.parquet")
+        let r = try run(Binaries.idrecon, ["export", "identities", "--db", db, "--format", "parquet", "--output", file])
+        #expect(r.status == 0, "\(r.stderr)")
+        let read = try run("/usr/bin/env", ["python3", "-c", """
+            import duckdb, json, sys
+            for row in duckdb.sql("SELECT * FROM read_parquet('" + sys.argv[1] + "') ORDER BY user_id").fetchall(): print(json.dumps(row))
+            """, file])
+        let json = try run(Binaries.idrecon, ["export", "identities", "--db", db]).stdout
+        #expect(read.stdout.split(separator: "\n").count == json.split(separator: "\n").count && read.stdout.contains(#"["300", "400"]"#),
+                "\(read.stdout) \(read.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: s.url.path).filter { $0.contains(".jsonl") || $0.hasSuffix(".tmp") }.isEmpty)
+    }
+
     @Test func exportsHaveTheSpecFields() throws {
         let (s, db) = try db()
         _ = s
