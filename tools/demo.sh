@@ -36,11 +36,12 @@ metrics=$(grep -o 'http://[0-9.:]*/metrics' "$DIR/consume.log" | head -1)
 if [ -n "$metrics" ] && command -v curl >/dev/null; then
   say "the running consumer's Prometheus metrics and readiness"
   printf '$ curl %s\n' "$metrics"
-  # The counters follow the commits: wait until they have counted every record.
-  for _ in $(seq 50); do
+  # The counters follow the commits: wait until every record read is counted as appended,
+  # duplicate or quarantined.
+  for _ in $(seq 100); do
     scrape=$(curl -s "$metrics")
-    read_total=$(awk '/^idrecon_records_read_total / {print int($2)}' <<<"$scrape")
-    [ "${read_total:-0}" -ge "$lines" ] && break; sleep 0.2
+    counted=$(awk '/^idrecon_records_(appended|duplicate|quarantined)_total[ {]/ {s += $NF} END {print int(s)}' <<<"$scrape")
+    [ "${counted:-0}" -ge "$lines" ] && break; sleep 0.2
   done
   grep -E '^idrecon_(records_(read|appended|duplicate)_total|commit_duration_seconds_count|seconds_since)' <<<"$scrape"
   grep -m2 '^idrecon_partition_lag_records' <<<"$scrape"
