@@ -16,7 +16,7 @@ struct Idrecon: AsyncParsableCommand {
         version: IdreconVersion.description,
         subcommands: [
             IngestCommand.self, ConsumeCommand.self, ProduceCommand.self, DevBrokerCommand.self, ReplayCommand.self, DeviceCommand.self, UserCommand.self, ExplainCommand.self,
-            FriendsCommand.self, AccessCommand.self, ExportCommand.self, AuditCommand.self, ForgetCommand.self, GraphCommand.self, StatsCommand.self, QuarantineCommand.self, BackupCommand.self,
+            FriendsCommand.self, AccessCommand.self, ExportCommand.self, AuditCommand.self, ForgetCommand.self, GraphCommand.self, StatsCommand.self, QuarantineCommand.self, BackupCommand.self, ServeCommand.self,
         ]
     )
 }

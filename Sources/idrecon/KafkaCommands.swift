@@ -105,6 +105,10 @@ struct ConsumeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Serve /metrics (Prometheus), /healthz and /readyz here; port 0 picks a free port.",
                                valueName: "host:port"))
     var metricsAddress: String?
+    @Option(help: ArgumentHelp("Serve the read API (as `idrecon serve` does) from this consumer; port 0 picks a free port.",
+                               valueName: "host:port"))
+    var apiAddress: String?
+    @OptionGroup var api: APIOptions
     @Option(parsing: .unconditional, help: "/readyz fails when records wait and nothing was committed for this many seconds.")
     var readyWindow = 60
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
@@ -118,6 +122,7 @@ struct ConsumeCommand: AsyncParsableCommand {
             throw ValidationError("--metrics-address must be HOST:PORT (e.g. 127.0.0.1:9464, or port 0 for any free port)")
         }
         let embedded = embeddedPartitions != nil || embeddedFlag
+        if let apiAddress { try api.check(apiAddress, flag: "--api-address") }
         if let embeddedPartitions, !(1...1024).contains(embeddedPartitions) {
             throw ValidationError("--embedded=N needs 1 to 1024 partitions")
         }
@@ -184,6 +189,12 @@ struct ConsumeCommand: AsyncParsableCommand {
             }
             monitor = watcher
         }
+        var apiServer: ReadAPI?
+        if let apiAddress {
+            let (started, address) = try await api.start(apiAddress, store: store)
+            apiServer = started
+            FileHandle.standardError.write(Data("api: http://\(address)/v1 (and /healthz)\n".utf8))
+        }
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
         let busy = BusyClock()
         let outcome = await Self.onThread { [monitor] () -> Result<ConsumeSummary, any Error> in
@@ -199,6 +210,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         }
         if case let .failure(error) = outcome { monitor?.failed("\(error)") }
         await server?.stop()
+        await apiServer?.stop()
         let summary: ConsumeSummary
         switch outcome {
         case let .success(s):

@@ -1,0 +1,236 @@
+import Foundation
+import Hummingbird
+import IdreconDomain
+import IdreconStore
+import Logging
+
+/// The read API ("ask before you call"): access states, identities, devices and link chains as
+/// JSON over HTTP/1 (Hummingbird), from a database a consumer or ingest writes. Every `/v1`
+/// answer carries how far the projections are (`applied_seq`, `projection_lag_events`), so a
+/// caller can tell "allowed" from "not yet known". `/healthz` stays open; with bearer tokens
+/// everything under `/v1` needs one.
+public final class ReadAPI: Sendable {
+    private let task: Task<Void, any Error>
+
+    /// ASIDs one `POST /v1/access` may ask about; more is 413.
+    public static let maxBatch = 10_000
+    /// The largest request body read (a full batch of 32-digit ASIDs fits with room).
+    static let maxBody = 1 << 20
+
+    /// Starts serving on `host:port` (port 0: any free port); returns once it listens, with the
+    /// address it bound. `tokens` nil: no authentication (the caller allows that on loopback only).
+    public static func start(host: String, port: Int, store: EventStore, tokens: BearerTokens?) async throws -> (ReadAPI, String) {
+        let router = Router()
+        router.get("healthz") { _, _ -> Response in json(.ok, .object([("status", .string("alive"))])) }
+        let v1 = router.group("v1").add(middleware: BearerAuthentication(tokens: tokens))
+        v1.get("openapi.yaml") { _, _ -> Response in
+            Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.text)))
+        }
+        v1.get("access/:asid") { request, context -> Response in
+            let asid = try context.parameters.require("asid")
+            let at = try Self.time(request.uri.queryParameters.get("at").map { String($0) })
+            guard EventValidator.isASID(asid) else { return Self.error(.badRequest, "'\(asid.prefix(64))' is not an ASID (1-32 digits)") }
+            return try Self.answer(store) { [try Self.access(store, asid, at: at)] }.single()
+        }
+        v1.post("access") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: maxBody)
+            guard let value = try? JSONParser.parse(Array(buffer: body)), case let .array(items)? = value["asids"] else {
+                return Self.error(.badRequest, #"expected {"asids": ["…"], "at": optional RFC 3339}"#)
+            }
+            guard items.count <= maxBatch else {
+                return Self.error(.contentTooLarge, "at most \(maxBatch) ASIDs per request, got \(items.count)")
+            }
+            var asids: [String] = []
+            for item in items {
+                guard case let .string(asid) = item, EventValidator.isASID(asid) else {
+                    return Self.error(.badRequest, "every element of asids must be an ASID (1-32 digits)")
+                }
+                asids.append(asid)
+            }
+            var at: Int64?
+            if case let .string(text)? = value["at"] { at = try Self.time(text) }
+            return try Self.answer(store) { try asids.map { try Self.access(store, $0, at: at) } }.list("results")
+        }
+        v1.get("devices/:app/:device") { _, context -> Response in
+            let (app, device) = (try context.parameters.require("app"), try context.parameters.require("device"))
+            guard let d = try store.device(app: app, device: device) else { return Self.error(.notFound, "no device \(device) in app \(app)") }
+            return try Self.answer(store) { [Self.device(d)] }.single()
+        }
+        v1.get("users/:asid") { _, context -> Response in
+            let asid = try context.parameters.require("asid")
+            guard let user = try store.userID(asid: asid), let identity = try store.identity(user) else {
+                return Self.error(.notFound, "no identity for \(asid)")
+            }
+            return try Self.answer(store) {
+                [.object([
+                    ("user_id", .string(identity.userID)),
+                    ("members", .array(try identity.members.map { m in
+                        .object([("asid", .string(m.asid)), ("first_login_at", .string(Timestamp.format(m.firstLoginAt))),
+                                 ("access", .string(try store.access(m.asid).state.rawValue))])
+                    })),
+                    ("keys", .array(identity.keys.filter { $0.ambiguity == nil }.map { .string($0.key) })),
+                    ("ambiguous_keys", .array(identity.keys.compactMap { k in k.ambiguity.map { why in
+                        .object([("key", .string(k.key)), ("reason", .string(why.label)), ("asids", .number(String(k.asids)))])
+                    } })),
+                ])]
+            }.single()
+        }
+        v1.get("explain/:a/:b") { _, context -> Response in
+            let (a, b) = (try context.parameters.require("a"), try context.parameters.require("b"))
+            guard let hops = try store.explain(a, b) else { return Self.error(.notFound, "\(a) and \(b) are not linked") }
+            return try Self.answer(store) {
+                hops.enumerated().map { i, hop in
+                    .object([("step", .number(String(i + 1))), ("from", .string(hop.from)), ("key", .string(hop.key)),
+                             ("to", .string(hop.to)), ("from_event", .string(hop.fromEvent)), ("to_event", .string(hop.toEvent))])
+                }
+            }.list("steps")
+        }
+        let (bound, boundContinuation) = AsyncStream<String>.makeStream()
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: port), serverName: "idrecon"),
+            onServerRunning: { channel in
+                boundContinuation.yield("\(host):\(channel.localAddress?.port ?? port)")
+                boundContinuation.finish()
+            },
+            logger: { var l = Logger(label: "idrecon.api"); l.logLevel = .critical; return l }()
+        )
+        let task = Task {
+            defer { boundContinuation.finish() }
+            try await app.runService(gracefulShutdownSignals: [])
+        }
+        var iterator = bound.makeAsyncIterator()
+        guard let address = await iterator.next() else {
+            _ = try await task.value
+            throw CancellationError()
+        }
+        return (ReadAPI(task: task), address)
+    }
+
+    private init(task: Task<Void, any Error>) { self.task = task }
+
+    /// Stops serving and waits for the server to close.
+    public func stop() async {
+        task.cancel()
+        _ = try? await task.value
+    }
+
+    // MARK: Answers
+
+    /// Rows read after the projections' position, so that the position is never ahead of them.
+    struct Answer {
+        var rows: [JSONValue]
+        var position: [(String, JSONValue)]
+
+        func single() -> Response { json(.ok, merged(rows.first ?? .object([]))) }
+
+        func list(_ name: String) -> Response { json(.ok, .object([(name, .array(rows))] + position)) }
+
+        private func merged(_ row: JSONValue) -> JSONValue {
+            guard case let .object(members) = row else { return row }
+            return .object(members + position)
+        }
+    }
+
+    static func answer(_ store: EventStore, _ rows: () throws -> [JSONValue]) throws -> Answer {
+        let log = try store.logPosition()
+        let position: [(String, JSONValue)] = [
+            ("applied_seq", .number(String(log.appliedSeq))),
+            ("projection_lag_events", .number(String(max(0, log.lastSeq - log.appliedSeq)))),
+        ]
+        return Answer(rows: try rows(), position: position)
+    }
+
+    /// The CLI's `access` row: asid, state, as_of, evidence_event, evidence_device.
+    static func access(_ store: EventStore, _ asid: String, at: Int64?) throws -> JSONValue {
+        let a = try store.access(asid, asOf: at)
+        return .object([
+            ("asid", .string(asid)), ("state", .string(a.state.rawValue)),
+            ("as_of", .string(at.map(Timestamp.format) ?? "now")),
+            ("evidence_event", a.evidenceEvent.map(JSONValue.string) ?? .null),
+            ("evidence_device", a.evidenceDevice.map(JSONValue.string) ?? .null),
+        ])
+    }
+
+    /// The CLI's `device` row.
+    static func device(_ d: DeviceRecord) -> JSONValue {
+        .object([
+            ("app_id", .string(d.appID)), ("device_id", .string(d.deviceID)), ("mode", .string(d.mode.rawValue)),
+            ("asid", d.asid.map(JSONValue.string) ?? .null), ("anomalies", .number(String(d.anomalies))),
+            ("logins", .number(String(d.logins))), ("logouts", .number(String(d.logouts))),
+            ("first_at", .string(Timestamp.format(d.firstAt))), ("last_at", .string(Timestamp.format(d.lastAt))),
+            ("last_event_id", .string(d.lastEventID)),
+        ])
+    }
+
+    /// `at` as milliseconds, or a 400 that says what was wrong.
+    static func time(_ text: String?) throws -> Int64? {
+        guard let text else { return nil }
+        guard let ms = Timestamp.parse(text) else { throw HTTPError(.badRequest, message: "at must be RFC 3339, got '\(text.prefix(64))'") }
+        return ms
+    }
+
+    static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        json(status, .object([("error", .string(message)), ("status", .number(String(status.code)))]))
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"],
+                 body: .init(byteBuffer: ByteBuffer(string: CanonicalJSON.encode(body) + "\n")))
+    }
+}
+
+/// `Authorization: Bearer …` against the token file's tokens, compared in constant time; none
+/// configured: every request passes (the server then listens on loopback only).
+struct BearerAuthentication<Context: RequestContext>: RouterMiddleware {
+    let tokens: BearerTokens?
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let tokens else { return try await next(request, context) }
+        let header = request.headers[.authorization] ?? ""
+        guard header.hasPrefix("Bearer "), tokens.accepts(String(header.dropFirst(7))) else {
+            var response = ReadAPI.error(.unauthorized, "a valid Authorization: Bearer token is required")
+            response.headers[.wwwAuthenticate] = "Bearer"
+            return response
+        }
+        return try await next(request, context)
+    }
+}
+
+/// The bearer tokens of a file, one per line (blank lines and `#` comments skipped), read
+/// again by `reload()` (the CLI calls it on SIGHUP).
+public final class BearerTokens: @unchecked Sendable {
+    private let path: String
+    private let lock = NSLock()
+    private var tokens: [[UInt8]] = []
+
+    public init(path: String) throws(IdreconError) {
+        self.path = path
+        try reload()
+    }
+
+    public func reload() throws(IdreconError) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw IdreconError(.input, "cannot read the token file \(path)")
+        }
+        let read = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }.map { Array($0.utf8) }
+        guard !read.isEmpty else { throw IdreconError(.input, "the token file \(path) holds no token") }
+        lock.withLock { tokens = read }
+    }
+
+    public var count: Int { lock.withLock { tokens.count } }
+
+    /// Whether `candidate` is one of the tokens; every token is compared whole, so the time
+    /// does not depend on where a guess first differs.
+    func accepts(_ candidate: String) -> Bool {
+        let given = Array(candidate.utf8)
+        var found = false
+        for token in lock.withLock({ tokens }) {
+            var difference = UInt8(token.count == given.count ? 0 : 1)
+            for i in 0..<token.count { difference |= token[i] ^ (i < given.count ? given[i] : 0) }
+            found = found || difference == 0
+        }
+        return found
+    }
+}

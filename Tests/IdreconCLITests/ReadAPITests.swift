@@ -1,0 +1,160 @@
+import Foundation
+import GRDB
+import IdreconDomain
+import IdreconKafka
+import Testing
+
+/// `idrecon serve`: every endpoint over real HTTP against the CLI's own answers, bearer
+/// tokens (401 without, re-read on SIGHUP), 413 on a too-large batch, the OpenAPI document.
+@Suite(.serialized) struct ReadAPITests {
+    static let curl = MetricsTests.curl
+
+    /// Status and body of a request (`-H` headers, optional POST body).
+    static func request(_ url: String, token: String? = nil, post: String? = nil) throws -> (Int, String) {
+        var arguments = ["-s", "-m", "10", "-w", "\n%{http_code}"]
+        if let token { arguments += ["-H", "Authorization: Bearer \(token)"] }
+        if let post { arguments += ["-X", "POST", "-H", "Content-Type: application/json", "--data-binary", post] }
+        let result = try run(curl!, arguments + [url])
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+    }
+
+    /// A JSON object's members, without the projections' position (which the CLI does not print).
+    static func object(_ text: String) -> [String: JSONValue] {
+        guard case let .object(members)? = try? JSONParser.parse(Array(text.utf8)) else { return [:] }
+        return Dictionary(members.filter { !["applied_seq", "projection_lag_events"].contains($0.key) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    @Test func everyEndpointAnswersAsTheCLIDoesAndTokensAreRequired() throws {
+        guard Self.curl != nil else {
+            print("skipped: everyEndpointAnswersAsTheCLIDoesAndTokensAreRequired needs curl (apt-get install curl)")
+            return
+        }
+        let s = Scratch()
+        let db = s.path("db.sqlite"), tokens = s.path("tokens"), log = s.path("serve.txt")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        FileManager.default.createFile(atPath: tokens, contents: Data("# readers\nfirst-token\n".utf8))
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+        server.arguments = ["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle(forWritingAtPath: log)
+        try server.run()
+        defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
+        var base = ""
+        #expect(try MetricsTests.waitFor(30) {
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            guard let range = text.range(of: #"http://[0-9.:]+"#, options: .regularExpression) else { return false }
+            base = String(text[range])
+            return true
+        }, "never listened")
+        let token = "first-token"
+
+        // Authentication: health is open; everything under /v1 needs a valid bearer token.
+        #expect(try Self.request(base + "/healthz").0 == 200)
+        #expect(try Self.request(base + "/v1/access/300").0 == 401)
+        #expect(try Self.request(base + "/v1/access/300", token: "first-toke").0 == 401)
+        #expect(try Self.request(base + "/v1/access/300", token: "first-token-and-more").0 == 401)
+
+        // Access, one and many, equal to `access --format json`, with the projections' position.
+        for (asid, at) in [("300", nil), ("400", nil), ("99", nil), ("777", nil), ("400", "2026-11-01T07:00:00Z")] as [(String, String?)] {
+            let (status, body) = try Self.request(base + "/v1/access/\(asid)" + (at.map { "?at=\($0)" } ?? ""), token: token)
+            #expect(status == 200, "\(asid): \(body)")
+            let cli = try run(Binaries.idrecon, ["access", asid, "--db", db, "--format", "json"] + (at.map { ["--as-of", $0] } ?? []))
+            #expect(Self.object(body) == Self.object(cli.stdout), "\(asid): \(body) vs \(cli.stdout)")
+            #expect(body.contains(#""applied_seq":3"#) && body.contains(#""projection_lag_events":0"#), "\(body)")
+        }
+        let (batchStatus, batch) = try Self.request(base + "/v1/access", token: token, post: #"{"asids":["400","300","777"]}"#)
+        #expect(batchStatus == 200)
+        if case let .array(results)? = try JSONParser.parse(Array(batch.utf8))["results"] {
+            #expect(results.compactMap { if case let .string(a)? = $0["asid"] { a } else { nil } } == ["400", "300", "777"])
+        } else { Issue.record("no results: \(batch)") }
+        let tooMany = "{\"asids\":[" + Array(repeating: "\"1\"", count: 10_001).joined(separator: ",") + "]}"
+        #expect(try Self.request(base + "/v1/access", token: token, post: tooMany).0 == 413)
+        #expect(try Self.request(base + "/v1/access", token: token, post: "{nope").0 == 400)
+        #expect(try Self.request(base + "/v1/access/12ab", token: token).0 == 400)
+        #expect(try Self.request(base + "/v1/access/300?at=yesterday", token: token).0 == 400)
+
+        // Users, devices, explain: the CLI's fields; 404 with a JSON error when not found.
+        let (userStatus, user) = try Self.request(base + "/v1/users/300", token: token)
+        #expect(userStatus == 200 && user.contains(#""user_id":"u:400""#) && user.contains(#""asid":"300""#), "\(user)")
+        let (missingStatus, missing) = try Self.request(base + "/v1/users/777", token: token)
+        #expect(missingStatus == 404 && missing.contains(#""error":"#))
+        let (deviceStatus, device) = try Self.request(base + "/v1/devices/2/Q", token: token)
+        let cliDevice = try run(Binaries.idrecon, ["device", "2", "Q", "--db", db, "--format", "json"]).stdout
+        #expect(deviceStatus == 200 && Self.object(device) == Self.object(cliDevice), "\(device) vs \(cliDevice)")
+        #expect(try Self.request(base + "/v1/devices/2/nope", token: token).0 == 404)
+        let (explainStatus, explain) = try Self.request(base + "/v1/explain/300/400", token: token)
+        #expect(explainStatus == 200 && explain.contains(#""from_event":"a""#), "\(explain)")
+        #expect(try Self.request(base + "/v1/explain/300/500", token: token).0 == 404)
+
+        // The OpenAPI document served is the one in schemas/.
+        let (docStatus, doc) = try Self.request(base + "/v1/openapi.yaml", token: token)
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("schemas/openapi.yaml")
+        let document = try String(contentsOf: file, encoding: .utf8)
+        #expect(docStatus == 200 && doc + "\n" == document)
+
+        // SIGHUP re-reads the tokens: the new one works, the old one no longer does.
+        try Data("second-token\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        kill(server.processIdentifier, SIGHUP)
+        #expect(try MetricsTests.waitFor(10) { try Self.request(base + "/v1/access/300", token: "second-token").0 == 200 })
+        #expect(try Self.request(base + "/v1/access/300", token: token).0 == 401)
+        kill(server.processIdentifier, SIGTERM)
+        #expect(wait(server, seconds: 30) == 0)
+    }
+
+    /// `consume --api-address`: the running consumer answers as `access` does once it has
+    /// consumed the topic.
+    @Test func theConsumerServesTheAPIWhileItConsumes() throws {
+        guard Self.curl != nil else { return print("skipped: theConsumerServesTheAPIWhileItConsumes needs curl") }
+        let s = Scratch()
+        let lines = kafkaStream(events: 1500, seed: 8)
+        let cluster = try MockCluster(brokers: 1)
+        try cluster.createTopic("api", partitions: 2, replicationFactor: 1)
+        try produce(lines, to: cluster, topic: "api")
+        let db = s.path("db.sqlite"), log = s.path("consume.txt")
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let consumer = Process()
+        consumer.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+        consumer.arguments = ["consume", "--brokers", cluster.bootstrap, "--topic", "api", "--group", "g", "--db", db,
+                              "--api-address", "127.0.0.1:0", "--log-level", "error", "-X", "session.timeout.ms=6000"]
+        consumer.standardOutput = FileHandle.nullDevice
+        consumer.standardError = FileHandle(forWritingAtPath: log)
+        try consumer.run()
+        defer { if consumer.isRunning { kill(consumer.processIdentifier, SIGKILL) } }
+        var base = ""
+        #expect(try MetricsTests.waitFor(30) {
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            guard let range = text.range(of: #"http://[0-9.:]+"#, options: .regularExpression) else { return false }
+            base = String(text[range])
+            return true
+        }, "never listened")
+        #expect(MetricsTests.waitFor(60) { storedOffsets(db) == Int64(lines.count) })
+        // The consumer's projections trail the log (write-behind) until it is idle a moment.
+        var first: String?
+        #expect(try MetricsTests.waitFor(60) { first = try DatabaseQueueReader.firstASID(db); return first != nil })
+        let asid = try #require(first)
+        #expect(try MetricsTests.waitFor(30) {
+            let (status, body) = try Self.request(base + "/v1/access/\(asid)")
+            let cli = try run(Binaries.idrecon, ["access", asid, "--db", db, "--format", "json"]).stdout
+            return status == 200 && Self.object(body) == Self.object(cli) && body.contains(#""projection_lag_events":0"#)
+        })
+        kill(consumer.processIdentifier, SIGTERM)
+        #expect(wait(consumer, seconds: 60) == 0)
+    }
+
+    @Test func anOpenAPIOffLoopbackIsRefused() throws {
+        let s = Scratch()
+        let r = try run(Binaries.idrecon, ["serve", "--db", s.path("db.sqlite"), "--listen", "0.0.0.0:0"])
+        #expect(r.status == 2 && r.stderr.contains("--token-file"), "\(r.stderr)")
+    }
+}
+
+/// The first ASID of a database, read as a data team would.
+enum DatabaseQueueReader {
+    static func firstASID(_ path: String) throws -> String? {
+        try DatabaseQueue(path: path).read { db in try String.fetchOne(db, sql: "SELECT asid FROM asids ORDER BY asid LIMIT 1") }
+    }
+}
