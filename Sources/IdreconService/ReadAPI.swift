@@ -30,7 +30,7 @@ public final class ReadAPI: Sendable {
             let asid = try context.parameters.require("asid")
             let at = try Self.time(request.uri.queryParameters.get("at").map { String($0) })
             guard EventValidator.isASID(asid) else { return Self.error(.badRequest, "'\(asid.prefix(64))' is not an ASID (1-32 digits)") }
-            return try Self.answer(store) { [try Self.access(store, asid, at: at)] }.single()
+            return try Self.access(store, [asid], at: at).single()
         }
         v1.post("access") { request, _ -> Response in
             let body = try await request.body.collect(upTo: maxBody)
@@ -49,7 +49,7 @@ public final class ReadAPI: Sendable {
             }
             var at: Int64?
             if case let .string(text)? = value["at"] { at = try Self.time(text) }
-            return try Self.answer(store) { try asids.map { try Self.access(store, $0, at: at) } }.list("results")
+            return try Self.access(store, asids, at: at).list("results")
         }
         v1.get("devices/:app/:device") { _, context -> Response in
             let (app, device) = (try context.parameters.require("app"), try context.parameters.require("device"))
@@ -134,22 +134,26 @@ public final class ReadAPI: Sendable {
 
     static func answer(_ store: EventStore, _ rows: () throws -> [JSONValue]) throws -> Answer {
         let log = try store.logPosition()
-        let position: [(String, JSONValue)] = [
-            ("applied_seq", .number(String(log.appliedSeq))),
-            ("projection_lag_events", .number(String(max(0, log.lastSeq - log.appliedSeq)))),
-        ]
-        return Answer(rows: try rows(), position: position)
+        return Answer(rows: try rows(), position: position(lastSeq: log.lastSeq, appliedSeq: log.appliedSeq))
     }
 
-    /// The CLI's `access` row: asid, state, as_of, evidence_event, evidence_device.
-    static func access(_ store: EventStore, _ asid: String, at: Int64?) throws -> JSONValue {
-        let a = try store.access(asid, asOf: at)
-        return .object([
-            ("asid", .string(asid)), ("state", .string(a.state.rawValue)),
-            ("as_of", .string(at.map(Timestamp.format) ?? "now")),
-            ("evidence_event", a.evidenceEvent.map(JSONValue.string) ?? .null),
-            ("evidence_device", a.evidenceDevice.map(JSONValue.string) ?? .null),
-        ])
+    static func position(lastSeq: Int64, appliedSeq: Int64) -> [(String, JSONValue)] {
+        [("applied_seq", .number(String(appliedSeq))), ("projection_lag_events", .number(String(max(0, lastSeq - appliedSeq))))]
+    }
+
+    /// The CLI's `access` rows (asid, state, as_of, evidence_event, evidence_device), read
+    /// with the position in one transaction.
+    static func access(_ store: EventStore, _ asids: [String], at: Int64?) throws -> Answer {
+        let (answers, lastSeq, appliedSeq) = try store.access(asids, asOf: at)
+        let asOf = JSONValue.string(at.map(Timestamp.format) ?? "now")
+        let rows = answers.map { a -> JSONValue in
+            .object([
+                ("asid", .string(a.asid)), ("state", .string(a.state.rawValue)), ("as_of", asOf),
+                ("evidence_event", a.evidenceEvent.map(JSONValue.string) ?? .null),
+                ("evidence_device", a.evidenceDevice.map(JSONValue.string) ?? .null),
+            ])
+        }
+        return Answer(rows: rows, position: position(lastSeq: lastSeq, appliedSeq: appliedSeq))
     }
 
     /// The CLI's `device` row.

@@ -77,6 +77,18 @@ extension EventStore {
         try read { db in try Self.access(db, asid, asOf: asOf) }
     }
 
+    /// Access of several ASIDs at `asOf` (nil: now) and how far the log and the projections
+    /// were, all from one read transaction: the position is the one the answers were read at.
+    public func access(
+        _ asids: [String], asOf: Int64?
+    ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
+        try read { db in
+            let last = try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM events")) ?? 0
+            let applied = try Int64.fetchOne(db.cachedStatement(sql: "SELECT applied_seq FROM projection_meta")) ?? 0
+            return (try asids.map { try Self.access(db, $0, asOf: asOf) }, last, applied)
+        }
+    }
+
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
         let t = asOf ?? .max
         // Every limited span starts at a login of this ASID: with none by t, only a friend list
