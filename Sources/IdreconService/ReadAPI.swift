@@ -28,7 +28,9 @@ public final class ReadAPI: Sendable {
         }
         v1.get("access/:asid") { request, context -> Response in
             let asid = try context.parameters.require("asid")
-            let at = try Self.time(request.uri.queryParameters.get("at").map { String($0) })
+            let atText = request.uri.queryParameters.get("at").map { String($0) }
+            let at = atText.flatMap(Timestamp.parse)
+            if let atText, at == nil { return Self.badTime(atText) }
             guard EventValidator.isASID(asid) else { return Self.error(.badRequest, "'\(asid.prefix(64))' is not an ASID (1-32 digits)") }
             return try Self.access(store, [asid], at: at).single()
         }
@@ -48,7 +50,10 @@ public final class ReadAPI: Sendable {
                 asids.append(asid)
             }
             var at: Int64?
-            if case let .string(text)? = value["at"] { at = try Self.time(text) }
+            if case let .string(text)? = value["at"] {
+                guard let ms = Timestamp.parse(text) else { return Self.badTime(text) }
+                at = ms
+            }
             return try Self.access(store, asids, at: at).list("results")
         }
         v1.get("devices/:app/:device") { _, context -> Response in
@@ -88,6 +93,9 @@ public final class ReadAPI: Sendable {
         let (bound, boundContinuation) = AsyncStream<String>.makeStream()
         let app = Application(
             router: router,
+            // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
+            // cannot hold connections open for ever.
+            server: .http1(configuration: .init(idleTimeout: .seconds(30))),
             configuration: .init(address: .hostname(host, port: port), serverName: "idrecon"),
             onServerRunning: { channel in
                 boundContinuation.yield("\(host):\(channel.localAddress?.port ?? port)")
@@ -167,11 +175,9 @@ public final class ReadAPI: Sendable {
         ])
     }
 
-    /// `at` as milliseconds, or a 400 that says what was wrong.
-    static func time(_ text: String?) throws -> Int64? {
-        guard let text else { return nil }
-        guard let ms = Timestamp.parse(text) else { throw HTTPError(.badRequest, message: "at must be RFC 3339, got '\(text.prefix(64))'") }
-        return ms
+    /// A time that is not RFC 3339: 400, saying so.
+    static func badTime(_ text: String) -> Response {
+        error(.badRequest, "at must be RFC 3339, got '\(text.prefix(64))'")
     }
 
     static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {

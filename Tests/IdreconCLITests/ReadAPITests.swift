@@ -96,6 +96,17 @@ import Testing
         let document = try String(contentsOf: file, encoding: .utf8)
         #expect(docStatus == 200 && doc + "\n" == document)
 
+        // Hostile requests: 4xx, and the server keeps answering.
+        #expect(try Self.request(base + "/v1/access/..%2F..%2Fetc%2Fpasswd", token: token).0 == 400)
+        #expect(try Self.request(base + "/v1/access/1?at=%00", token: token).0 == 400)
+        #expect(try Self.request(base + "/v1/nothing/here", token: token).0 == 404)
+        #expect(try Self.request(base + "/v1/access", token: token, post: "[\"not an object\"]").0 == 400)
+        let headers = s.path("headers.txt")
+        try Data(("X-Big: " + String(repeating: "x", count: 300_000) + "\n").utf8).write(to: URL(fileURLWithPath: headers))
+        let big = try run(Self.curl!, ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "@" + headers, base + "/v1/access/300"])
+        #expect(["400", "431"].contains(big.stdout), "\(big.stdout)")
+        #expect(try Self.request(base + "/v1/access/300", token: token).0 == 200)
+
         // SIGHUP re-reads the tokens: the new one works, the old one no longer does.
         try Data("second-token\n".utf8).write(to: URL(fileURLWithPath: tokens))
         kill(server.processIdentifier, SIGHUP)
