@@ -84,6 +84,23 @@ import Testing
         #expect(lines.contains { $0.hasPrefix("evidence_device") && $0.hasSuffix("2/Q") }, "\(r.stdout)")
     }
 
+    /// On a terminal narrower than a table, the widest columns give way: no line is wider
+    /// than the terminal (run under `script`, which gives the command a terminal).
+    @Test func tablesFitTheTerminal() throws {
+        guard let script = ["/usr/bin/script", "/bin/script"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            return print("skipped: tablesFitTheTerminal needs script (util-linux)")
+        }
+        let (s, db) = try db()
+        _ = s
+        // `access` (a table of about 60 columns here) and `user` (one record: vertical when narrow).
+        let command = "stty cols 45; \(Binaries.idrecon) access 300 400 99 --db \(db) --format table; \(Binaries.idrecon) user 300 --db \(db)"
+        let r = try run(script, ["-q", "-e", "-c", command, "/dev/null"])
+        let lines = r.stdout.replacingOccurrences(of: "\r", with: "").split(separator: "\n")
+        #expect(lines.count >= 6, "\(r.stdout)")
+        #expect(lines.allSatisfy { $0.count <= 45 }, "\(lines.map(\.count)): \(r.stdout)")
+        #expect(r.stdout.contains("forbidde…") && r.stdout.contains("user_id"), "shrunk columns, a vertical record: \(r.stdout)")
+    }
+
     /// `export --output FILE` writes what standard output would get, through a temporary file
     /// renamed once complete (none is left behind); never onto the database; no table format.
     @Test func exportToAFileIsAtomic() throws {
