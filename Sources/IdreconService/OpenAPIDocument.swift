@@ -24,13 +24,13 @@ paths:
   /v1/openapi.yaml:
     get:
       responses:
-        '200': {description: this document, content: {application/yaml: {schema: {type: string}}}}
+        '200': {description: this document, content: {application/yaml: {schema: {}}}}
         '401': {$ref: '#/components/responses/Unauthorized'}
   /v1/access/{asid}:
     get:
       parameters:
         - {name: asid, in: path, required: true, schema: {$ref: '#/components/schemas/ASID'}}
-        - {name: at, in: query, required: false, description: judge at this time (RFC 3339), schema: {type: string}}
+        - {name: at, in: query, required: false, description: judge at this time (RFC 3339), schema: {type: string, format: date-time}}
       responses:
         '200': {description: the access state (unseen is an answer, not a 404), content: {application/json: {schema: {$ref: '#/components/schemas/AccessAnswer'}}}}
         '400': {$ref: '#/components/responses/BadRequest'}
@@ -46,7 +46,7 @@ paths:
               required: [asids]
               properties:
                 asids: {type: array, maxItems: 10000, items: {$ref: '#/components/schemas/ASID'}}
-                at: {type: string, description: RFC 3339}
+                at: {type: [string, 'null'], format: date-time, description: RFC 3339; absent or null means now}
       responses:
         '200':
           description: the answers, in request order

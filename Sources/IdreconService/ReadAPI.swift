@@ -21,6 +21,7 @@ public final class ReadAPI: Sendable {
     /// address it bound. `tokens` nil: no authentication (the caller allows that on loopback only).
     public static func start(host: String, port: Int, store: EventStore, tokens: BearerTokens?) async throws -> (ReadAPI, String) {
         let router = Router()
+        router.add(middleware: MethodNotAllowed<BasicRequestContext>())
         router.get("healthz") { _, _ -> Response in json(.ok, .object([("status", .string("alive"))])) }
         let v1 = router.group("v1").add(middleware: BearerAuthentication(tokens: tokens))
         v1.get("openapi.yaml") { _, _ -> Response in
@@ -50,9 +51,12 @@ public final class ReadAPI: Sendable {
                 asids.append(asid)
             }
             var at: Int64?
-            if case let .string(text)? = value["at"] {
+            switch value["at"] {
+            case nil, .null?: break
+            case let .string(text)?:
                 guard let ms = Timestamp.parse(text) else { return Self.badTime(text) }
                 at = ms
+            default: return Self.error(.badRequest, "at must be an RFC 3339 string")
             }
             return try Self.access(store, asids, at: at).list("results")
         }
@@ -187,6 +191,31 @@ public final class ReadAPI: Sendable {
     static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
         Response(status: status, headers: [.contentType: "application/json"],
                  body: .init(byteBuffer: ByteBuffer(string: CanonicalJSON.encode(body) + "\n")))
+    }
+}
+
+/// A path the API serves asked with another method: 405 with `Allow`, not a 404 that would
+/// say the path does not exist.
+struct MethodNotAllowed<Context: RequestContext>: RouterMiddleware {
+    /// The API's paths (`*`: one segment) and their methods.
+    static var routes: [(path: [Substring], methods: [HTTPRequest.Method])] {
+        [(["healthz"], [.get]), (["v1", "openapi.yaml"], [.get]), (["v1", "access"], [.post]), (["v1", "access", "*"], [.get]),
+         (["v1", "users", "*"], [.get]), (["v1", "devices", "*", "*"], [.get]), (["v1", "explain", "*", "*"], [.get])]
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let segments = request.uri.path.split(separator: "/")
+        guard let route = Self.routes.first(where: { route in
+            route.path.count == segments.count && zip(route.path, segments).allSatisfy { $0 == "*" || $0 == $1 }
+        }) else { return try await next(request, context) }
+        let allowed = route.methods
+        guard allowed.contains(request.method) else {
+            var response = ReadAPI.error(.methodNotAllowed, "\(request.method) is not served here; allowed: "
+                                         + allowed.map(\.rawValue).joined(separator: ", "))
+            response.headers[.allow] = allowed.map(\.rawValue).joined(separator: ", ")
+            return response
+        }
+        return try await next(request, context)
     }
 }
 
