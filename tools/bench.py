@@ -4,7 +4,7 @@
 Usage: tools/bench.py [--events N] [--quick]
 Prints a table and writes .bench/results.json (and results-N.json). Needs release builds of idrecon,
 idrecon-gen and idrecon-bench (the Makefile's bench target builds them)."""
-import argparse, json, math, os, platform, re, signal, sqlite3, statistics, subprocess, sys, threading, time
+import argparse, json, math, os, platform, re, shutil, signal, sqlite3, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, ".build", "release")
@@ -109,6 +109,38 @@ def audit_rate(db_path, access_export, n, calls_path):
     if p.returncode not in (0, 1):
         sys.exit(f"audit failed: {p.stderr}")
     return n / (time.monotonic() - start), int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
+
+
+def wrk_run(url, env, seconds=10, connections=8):
+    """Runs wrk with tools/wrk/access.lua; returns (requests/s, p99 ms)."""
+    p = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s",
+                        os.path.join(ROOT, "tools", "wrk", "access.lua"), url],
+                       capture_output=True, text=True, env={**os.environ, **env})
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", p.stdout).group(1))
+    value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", p.stdout).groups()
+    return rps, float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def api_rates(r, db_path):
+    """The read API over the ingested database: GET one random ASID, POST 1,000 (wrk on the same
+    machine, 8 connections, 10 s each). Skipped when wrk is missing."""
+    if not shutil.which("wrk"):
+        print("read API: skipped (apt-get install wrk)", file=sys.stderr)
+        return
+    print("read API: GET /v1/access/{asid} and POST /v1/access (1,000 ASIDs), wrk, 10 s each ...", file=sys.stderr)
+    asids = os.path.join(OUT, "api-asids.txt")
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        with open(asids, "w") as f:
+            f.writelines(row[0] + "\n" for row in conn.execute("SELECT asid FROM asids ORDER BY random() LIMIT 100000"))
+    server = subprocess.Popen([os.path.join(BIN, "idrecon"), "serve", "--db", db_path, "--listen", "127.0.0.1:0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"http://[\d.:]+", server.stderr.readline()).group(0)
+        r["api_get_rps"], r["api_get_p99_ms"] = wrk_run(url, {"ASIDS": asids})
+        r["api_post1000_rps"], r["api_post1000_p99_ms"] = wrk_run(url, {"ASIDS": asids, "BATCH": "1000"})
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def generated(n):
@@ -232,6 +264,8 @@ def main():
                 sys.exit(f"{name} failed: {p.stderr.decode()}")
         r[f"{name}_ms"] = statistics.median(samples)
 
+    api_rates(r, db("ingest"))
+
     print("idrecon audit calls (one call per event, judged at its own time) ...", file=sys.stderr)
     access = os.path.join(OUT, f"access-{n}.jsonl")
     with open(access, "w") as f:
@@ -277,6 +311,9 @@ def main():
         ("user (median of 20)", f"{r['user_ms']:.1f} ms", ""),
         ("access --as-of (median of 20)", f"{r['access_as_of_ms']:.1f} ms", ""),
         ("explain (median of 20)", f"{r['explain_ms']:.1f} ms", ""),
+        *([("API GET /v1/access: req/s · p99", f"{r['api_get_rps']:,.0f} · {r['api_get_p99_ms']:.2f} ms", ""),
+           ("API POST 1,000 ASIDs: req/s · p99", f"{r['api_post1000_rps']:,.0f} · {r['api_post1000_p99_ms']:.1f} ms", "")]
+          if "api_get_rps" in r else []),
         ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
         *[(f"disk bytes written: {name}", f"{r[f'{name}_written_bytes_per_event']:,.0f} B/event", "")
           for name in ("baseline", "ingest", "consume", "replay")],
