@@ -33,7 +33,7 @@ public final class ReadAPI: Sendable {
             let at = atText.flatMap(Timestamp.parse)
             if let atText, at == nil { return Self.badTime(atText) }
             guard EventValidator.isASID(asid) else { return Self.error(.badRequest, "'\(asid.prefix(64))' is not an ASID (1-32 digits)") }
-            return try Self.access(store, [asid], at: at).single()
+            return try await Self.reading { try Self.access(store, [asid], at: at).single() }
         }
         v1.post("access") { request, _ -> Response in
             let body = try await request.body.collect(upTo: maxBody)
@@ -58,15 +58,18 @@ public final class ReadAPI: Sendable {
                 at = ms
             default: return Self.error(.badRequest, "at must be an RFC 3339 string")
             }
-            return try Self.access(store, asids, at: at).list("results")
+            return try await Self.reading { [asids, at] in try Self.access(store, asids, at: at).list("results") }
         }
         v1.get("devices/:app/:device") { _, context -> Response in
             let (app, device) = (try context.parameters.require("app"), try context.parameters.require("device"))
-            guard let d = try store.device(app: app, device: device) else { return Self.error(.notFound, "no device \(device) in app \(app)") }
-            return try Self.answer(store) { [Self.device(d)] }.single()
+            return try await Self.reading {
+                guard let d = try store.device(app: app, device: device) else { return Self.error(.notFound, "no device \(device) in app \(app)") }
+                return try Self.answer(store) { [Self.device(d)] }.single()
+            }
         }
         v1.get("users/:asid") { _, context -> Response in
             let asid = try context.parameters.require("asid")
+            return try await Self.reading {
             guard let user = try store.userID(asid: asid), let identity = try store.identity(user) else {
                 return Self.error(.notFound, "no identity for \(asid)")
             }
@@ -83,16 +86,19 @@ public final class ReadAPI: Sendable {
                     } })),
                 ])]
             }.single()
+            }
         }
         v1.get("explain/:a/:b") { _, context -> Response in
             let (a, b) = (try context.parameters.require("a"), try context.parameters.require("b"))
-            guard let hops = try store.explain(a, b) else { return Self.error(.notFound, "\(a) and \(b) are not linked") }
-            return try Self.answer(store) {
-                hops.enumerated().map { i, hop in
-                    .object([("step", .number(String(i + 1))), ("from", .string(hop.from)), ("key", .string(hop.key)),
-                             ("to", .string(hop.to)), ("from_event", .string(hop.fromEvent)), ("to_event", .string(hop.toEvent))])
-                }
-            }.list("steps")
+            return try await Self.reading {
+                guard let hops = try store.explain(a, b) else { return Self.error(.notFound, "\(a) and \(b) are not linked") }
+                return try Self.answer(store) {
+                    hops.enumerated().map { i, hop in
+                        .object([("step", .number(String(i + 1))), ("from", .string(hop.from)), ("key", .string(hop.key)),
+                                 ("to", .string(hop.to)), ("from_event", .string(hop.fromEvent)), ("to_event", .string(hop.toEvent))])
+                    }
+                }.list("steps")
+            }
         }
         let (bound, boundContinuation) = AsyncStream<String>.makeStream()
         let app = Application(
@@ -128,6 +134,15 @@ public final class ReadAPI: Sendable {
     }
 
     // MARK: Answers
+
+    /// Runs a blocking SQLite read off Swift's cooperative threads (two on this machine): a
+    /// long batch must not hold up the server's other requests, `/healthz`, or a consumer's
+    /// `/metrics` in the same process.
+    static func reading(_ work: @escaping @Sendable () throws -> Response) async throws -> Response {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        }
+    }
 
     /// Rows read after the projections' position, so that the position is never ahead of them.
     struct Answer {
