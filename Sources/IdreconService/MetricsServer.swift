@@ -5,7 +5,7 @@ import Logging
 
 /// `/metrics`, `/healthz` and `/readyz` over HTTP/1 (Hummingbird), for a running consumer.
 public final class MetricsServer: Sendable {
-    private let task: Task<Void, any Error>
+    private let server: HTTPServer
 
     /// Starts serving on `host:port` (port 0: any free port); returns once it listens, with
     /// the address it bound.
@@ -23,38 +23,14 @@ public final class MetricsServer: Sendable {
             return Self.json(ready ? .ok : .serviceUnavailable,
                              .object([("ready", .bool(ready)), ("reasons", .array(reasons.map(JSONValue.string)))]))
         }
-        let (bound, boundContinuation) = AsyncStream<String>.makeStream()
-        let app = Application(
-            router: router,
-            configuration: .init(address: .hostname(host, port: port), serverName: "idrecon"),
-            onServerRunning: { channel in
-                boundContinuation.yield("\(host):\(channel.localAddress?.port ?? port)")
-                boundContinuation.finish()
-            },
-            logger: { var l = Logger(label: "idrecon.metrics"); l.logLevel = .critical; return l }() // stopping cancels the server: not an error
-        )
-        let task = Task {
-            defer { boundContinuation.finish() } // a server that cannot bind ends the wait below
-            try await app.runService(gracefulShutdownSignals: [])
-        }
-        var iterator = bound.makeAsyncIterator()
-        guard let address = await iterator.next() else {
-            _ = try await task.value
-            throw CancellationError()
-        }
-        return (MetricsServer(task: task), address)
+        let (server, address) = try await HTTPServer.start(router: router, host: host, port: port, label: "idrecon.metrics")
+        return (MetricsServer(server: server), address)
     }
 
-    private init(task: Task<Void, any Error>) { self.task = task }
+    private init(server: HTTPServer) { self.server = server }
 
     /// Stops serving and waits for the server to close.
-    public func stop() async {
-        task.cancel()
-        _ = try? await task.value
-    }
+    public func stop() async { await server.stop() }
 
-    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"],
-                 body: .init(byteBuffer: ByteBuffer(string: CanonicalJSON.encode(body) + "\n")))
-    }
+    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response { HTTPServer.json(status, body) }
 }

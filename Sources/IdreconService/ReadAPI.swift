@@ -10,7 +10,7 @@ import Logging
 /// caller can tell "allowed" from "not yet known". `/healthz` stays open; with bearer tokens
 /// everything under `/v1` needs one.
 public final class ReadAPI: Sendable {
-    private let task: Task<Void, any Error>
+    private let server: HTTPServer
 
     /// ASIDs one `POST /v1/access` may ask about; more is 413.
     public static let maxBatch = 10_000
@@ -100,38 +100,17 @@ public final class ReadAPI: Sendable {
                 }.list("steps")
             }
         }
-        let (bound, boundContinuation) = AsyncStream<String>.makeStream()
-        let app = Application(
-            router: router,
-            // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
-            // cannot hold connections open for ever.
-            server: .http1(configuration: .init(idleTimeout: .seconds(30))),
-            configuration: .init(address: .hostname(host, port: port), serverName: "idrecon"),
-            onServerRunning: { channel in
-                boundContinuation.yield("\(host):\(channel.localAddress?.port ?? port)")
-                boundContinuation.finish()
-            },
-            logger: { var l = Logger(label: "idrecon.api"); l.logLevel = .critical; return l }()
-        )
-        let task = Task {
-            defer { boundContinuation.finish() }
-            try await app.runService(gracefulShutdownSignals: [])
-        }
-        var iterator = bound.makeAsyncIterator()
-        guard let address = await iterator.next() else {
-            _ = try await task.value
-            throw CancellationError()
-        }
-        return (ReadAPI(task: task), address)
+        // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
+        // cannot hold connections open for ever.
+        let (server, address) = try await HTTPServer.start(router: router, host: host, port: port, label: "idrecon.api",
+                                                           idleSeconds: 30)
+        return (ReadAPI(server: server), address)
     }
 
-    private init(task: Task<Void, any Error>) { self.task = task }
+    private init(server: HTTPServer) { self.server = server }
 
     /// Stops serving and waits for the server to close.
-    public func stop() async {
-        task.cancel()
-        _ = try? await task.value
-    }
+    public func stop() async { await server.stop() }
 
     // MARK: Answers
 
@@ -203,10 +182,7 @@ public final class ReadAPI: Sendable {
         json(status, .object([("error", .string(message)), ("status", .number(String(status.code)))]))
     }
 
-    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"],
-                 body: .init(byteBuffer: ByteBuffer(string: CanonicalJSON.encode(body) + "\n")))
-    }
+    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response { HTTPServer.json(status, body) }
 }
 
 /// A path the API serves asked with another method: 405 with `Allow`, not a 404 that would

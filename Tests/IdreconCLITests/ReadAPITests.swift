@@ -19,6 +19,27 @@ import Testing
         return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
     }
 
+    /// Starts `idrecon arguments` with stderr in `log`; returns it and the API's base URL once
+    /// it has printed it (`api: http://…`).
+    static func start(_ arguments: [String], log: String) throws -> (Process, String) {
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle(forWritingAtPath: log)
+        try process.run()
+        var base = ""
+        let listening = try MetricsTests.waitFor(30) {
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            guard let range = text.range(of: #"http://[0-9.:]+"#, options: .regularExpression) else { return false }
+            base = String(text[range])
+            return true
+        }
+        #expect(listening, "never listened: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        return (process, base)
+    }
+
     /// A JSON object's members, without the projections' position (which the CLI does not print).
     static func object(_ text: String) -> [String: JSONValue] {
         guard case let .object(members)? = try? JSONParser.parse(Array(text.utf8)) else { return [:] }
@@ -34,21 +55,8 @@ import Testing
         let db = s.path("db.sqlite"), tokens = s.path("tokens"), log = s.path("serve.txt")
         #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
         FileManager.default.createFile(atPath: tokens, contents: Data("# readers\nfirst-token\n".utf8))
-        FileManager.default.createFile(atPath: log, contents: nil)
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: Binaries.idrecon)
-        server.arguments = ["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle(forWritingAtPath: log)
-        try server.run()
+        let (server, base) = try Self.start(["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens], log: log)
         defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
-        var base = ""
-        #expect(try MetricsTests.waitFor(30) {
-            let text = try String(contentsOfFile: log, encoding: .utf8)
-            guard let range = text.range(of: #"http://[0-9.:]+"#, options: .regularExpression) else { return false }
-            base = String(text[range])
-            return true
-        }, "never listened")
         let token = "first-token"
 
         // Authentication: health is open; everything under /v1 needs a valid bearer token.
@@ -129,22 +137,10 @@ import Testing
         try cluster.createTopic("api", partitions: 2, replicationFactor: 1)
         try produce(lines, to: cluster, topic: "api")
         let db = s.path("db.sqlite"), log = s.path("consume.txt")
-        FileManager.default.createFile(atPath: log, contents: nil)
-        let consumer = Process()
-        consumer.executableURL = URL(fileURLWithPath: Binaries.idrecon)
-        consumer.arguments = ["consume", "--brokers", cluster.bootstrap, "--topic", "api", "--group", "g", "--db", db,
-                              "--api-address", "127.0.0.1:0", "--log-level", "error", "-X", "session.timeout.ms=6000"]
-        consumer.standardOutput = FileHandle.nullDevice
-        consumer.standardError = FileHandle(forWritingAtPath: log)
-        try consumer.run()
+        let (consumer, base) = try Self.start(["consume", "--brokers", cluster.bootstrap, "--topic", "api", "--group", "g", "--db", db,
+                                               "--api-address", "127.0.0.1:0", "--log-level", "error", "-X", "session.timeout.ms=6000"],
+                                              log: log)
         defer { if consumer.isRunning { kill(consumer.processIdentifier, SIGKILL) } }
-        var base = ""
-        #expect(try MetricsTests.waitFor(30) {
-            let text = try String(contentsOfFile: log, encoding: .utf8)
-            guard let range = text.range(of: #"http://[0-9.:]+"#, options: .regularExpression) else { return false }
-            base = String(text[range])
-            return true
-        }, "never listened")
         #expect(MetricsTests.waitFor(60) { storedOffsets(db) == Int64(lines.count) })
         // The consumer's projections trail the log (write-behind) until it is idle a moment.
         var first: String?
