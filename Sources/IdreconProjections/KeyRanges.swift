@@ -3,7 +3,7 @@ import IdreconDomain
 import IdreconLog
 
 /// How a replay too large for one partition splits the log's entities: into ranges of the
-/// tables' key order holding about equal numbers of events, from a sample of the log.
+/// tables' key order holding about equal shares of events and of entities (`init`).
 /// Partitions are loaded one after the other in key order, so each partition's rows go to
 /// the end of every table keyed by device or ASID. (Partitions by hash put each one's rows
 /// all over tables that grow with the log: at 10M events the load of the last of ten
@@ -24,7 +24,6 @@ struct KeyRanges: Sendable {
     /// each) and entities at even steps through the live projections' tables. When those
     /// are empty the events alone decide.
     init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int) throws {
-        var devices: [(ByteTextPair, Double)] = [], asids: [(ByteText, Double)] = []
         let samples = Int64(partitions * Self.samplesPerPartition)
         let span = seqs.upperBound - seqs.lowerBound + 1
         let next = try BulkStatement(db, """
@@ -42,10 +41,8 @@ struct KeyRanges: Sendable {
             ByteTextPair($0.string(0), $0.string(1))
         }
         let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
-        devices = Self.weighted(eventDevices) + Self.weighted(liveDevices)
-        asids = Self.weighted(eventASIDs) + Self.weighted(liveASIDs)
-        self.devices = Self.boundaries(devices.sorted { $0.0 < $1.0 }, partitions)
-        self.asids = Self.boundaries(asids.sorted { $0.0 < $1.0 }, partitions)
+        devices = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
+        asids = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions)
     }
 
     /// About `samples` rows at even steps through a reader view, in key order.
@@ -67,8 +64,9 @@ struct KeyRanges: Sendable {
         keys.map { ($0, 1 / Double(keys.count)) }
     }
 
-    /// The keys where the running weight of a sorted sample crosses 1/n, 2/n, … of its total.
-    private static func boundaries<Key>(_ sorted: [(Key, Double)], _ partitions: Int) -> [Key] {
+    /// The keys where the running weight of a sample, in key order, crosses 1/n, 2/n, … of its total.
+    private static func boundaries<Key: Comparable>(_ sample: [(Key, Double)], _ partitions: Int) -> [Key] {
+        let sorted = sample.sorted { $0.0 < $1.0 }
         let total = sorted.reduce(0) { $0 + $1.1 }
         var result: [Key] = [], running = 0.0
         for (key, weight) in sorted where result.count < partitions - 1 {

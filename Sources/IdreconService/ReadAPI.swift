@@ -151,27 +151,12 @@ public final class ReadAPI: Sendable {
     /// with the position in one transaction.
     static func access(_ store: EventStore, _ asids: [String], at: Int64?) throws -> Answer {
         let (answers, lastSeq, appliedSeq) = try store.access(asids, asOf: at)
-        let asOf = JSONValue.string(at.map(Timestamp.format) ?? "now")
-        let rows = answers.map { a -> JSONValue in
-            .object([
-                ("asid", .string(a.asid)), ("state", .string(a.state.rawValue)), ("as_of", asOf),
-                ("evidence_event", a.evidenceEvent.map(JSONValue.string) ?? .null),
-                ("evidence_device", a.evidenceDevice.map(JSONValue.string) ?? .null),
-            ])
-        }
+        let rows = answers.map { a in JSONValue.object(Array(zip(AccessAnswer.fieldNames, a.fields(asOf: at)))) }
         return Answer(rows: rows, position: position(lastSeq: lastSeq, appliedSeq: appliedSeq))
     }
 
     /// The CLI's `device` row.
-    static func device(_ d: DeviceRecord) -> JSONValue {
-        .object([
-            ("app_id", .string(d.appID)), ("device_id", .string(d.deviceID)), ("mode", .string(d.mode.rawValue)),
-            ("asid", d.asid.map(JSONValue.string) ?? .null), ("anomalies", .number(String(d.anomalies))),
-            ("logins", .number(String(d.logins))), ("logouts", .number(String(d.logouts))),
-            ("first_at", .string(Timestamp.format(d.firstAt))), ("last_at", .string(Timestamp.format(d.lastAt))),
-            ("last_event_id", .string(d.lastEventID)),
-        ])
-    }
+    static func device(_ d: DeviceRecord) -> JSONValue { .object(Array(zip(DeviceRecord.fieldNames, d.fields))) }
 
     /// A time that is not RFC 3339: 400, saying so.
     static func badTime(_ text: String) -> Response {

@@ -39,6 +39,31 @@ public struct AccessAnswer: Sendable, Equatable {
     public var evidenceDevice: String?
 }
 
+extension AccessAnswer {
+    /// The fields of an access answer in every output (`access`, `GET /v1/access`), in order.
+    public static let fieldNames = ["asid", "state", "as_of", "evidence_event", "evidence_device"]
+
+    /// The values of `fieldNames`; `asOf` nil: "now".
+    public func fields(asOf: Int64?) -> [JSONValue] {
+        [.string(asid), .string(state.rawValue), .string(asOf.map(Timestamp.format) ?? "now"),
+         evidenceEvent.map(JSONValue.string) ?? .null, evidenceDevice.map(JSONValue.string) ?? .null]
+    }
+}
+
+extension DeviceRecord {
+    /// The fields of a device in every output (`device`, `GET /v1/devices`), in order.
+    public static let fieldNames = [
+        "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
+    ]
+
+    /// The values of `fieldNames`.
+    public var fields: [JSONValue] {
+        [.string(appID), .string(deviceID), .string(mode.rawValue), asid.map(JSONValue.string) ?? .null,
+         .number(String(anomalies)), .number(String(logins)), .number(String(logouts)),
+         .string(Timestamp.format(firstAt)), .string(Timestamp.format(lastAt)), .string(lastEventID)]
+    }
+}
+
 /// A link between two ASIDs through one key, for `explain`.
 public struct LinkHop: Sendable, Equatable {
     public var from: String
@@ -83,8 +108,7 @@ extension EventStore {
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
         try read { db in
-            let last = try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM events")) ?? 0
-            let applied = try Int64.fetchOne(db.cachedStatement(sql: "SELECT applied_seq FROM projection_meta")) ?? 0
+            let (last, applied) = try Self.sequences(db)
             return (try asids.map { try Self.access(db, $0, asOf: asOf) }, last, applied)
         }
     }

@@ -86,11 +86,15 @@ extension EventStore {
     /// The log's last sequence number, the last one the projections applied, and the
     /// database's bytes on disk (with its WAL): cheap enough for every metrics scrape.
     public func logPosition() throws(IdreconError) -> (lastSeq: Int64, appliedSeq: Int64, bytes: Int64) {
-        let (last, applied) = try read { db in
-            (try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0,
-             try Int64.fetchOne(db, sql: "SELECT applied_seq FROM projection_meta") ?? 0)
-        }
+        let (last, applied) = try read { db in try Self.sequences(db) }
         return (last, applied, databaseBytes())
+    }
+
+    /// The log's last sequence number and the last one the projections applied, in `db`'s
+    /// transaction.
+    static func sequences(_ db: Database) throws -> (lastSeq: Int64, appliedSeq: Int64) {
+        (try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM events")) ?? 0,
+         try Int64.fetchOne(db.cachedStatement(sql: "SELECT applied_seq FROM projection_meta")) ?? 0)
     }
 
     /// Bytes of the database file and its WAL on disk.

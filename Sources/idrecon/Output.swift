@@ -50,6 +50,15 @@ enum Cell {
     /// A value with a shorter text for the table.
     case rich(table: String, value: JSONValue)
 
+    /// A typed value: text as text (null as an empty cell), anything else as JSON.
+    init(_ value: JSONValue) {
+        switch value {
+        case .null: self = .text(nil)
+        case let .string(s): self = .text(s)
+        default: self = .json(value)
+        }
+    }
+
     /// The text of a CSV field.
     var plain: String {
         switch self {

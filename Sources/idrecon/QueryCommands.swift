@@ -56,20 +56,14 @@ struct DeviceCommand: AsyncParsableCommand {
             pairs.append((parts[0], parts[1]))
         }
         let store = try openForReading(global)
-        var printer = RowPrinter(output, columns: [
-            "app_id", "device_id", "mode", "asid", "anomalies", "logins", "logouts", "first_at", "last_at", "last_event_id",
-        ], verticalWhenNarrow: pairs.count == 1)
+        var printer = RowPrinter(output, columns: DeviceRecord.fieldNames, verticalWhenNarrow: pairs.count == 1)
         var missing: [String] = []
         for (app, device) in pairs {
             guard let d = try store.device(app: app, device: device) else {
                 missing.append("no device \(device) in app \(app)")
                 continue
             }
-            printer.row([
-                .text(d.appID), .text(d.deviceID), .text(d.mode.rawValue), .text(d.asid), .int(Int64(d.anomalies)),
-                .int(Int64(d.logins)), .int(Int64(d.logouts)), .text(Timestamp.format(d.firstAt)), .text(Timestamp.format(d.lastAt)),
-                .text(d.lastEventID),
-            ])
+            printer.row(d.fields.map(Cell.init))
         }
         printer.finish()
         try NotFound.report(missing, of: pairs.count)
@@ -90,6 +84,9 @@ struct AccessCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Judge at this time (RFC 3339); events with occurred_at <= T count.", valueName: "T"))
     var asOf: TimeArgument?
 
+    /// ASIDs looked up in one read transaction.
+    static let batch = 10_000
+
     func validate() throws {
         guard !asids.isEmpty || from != nil else { throw ValidationError("give at least one ASID, - or --from FILE") }
     }
@@ -97,13 +94,14 @@ struct AccessCommand: AsyncParsableCommand {
     func run() async throws {
         let asids = try KeyList.asids(asids, from: from, global: global)
         let store = try openForReading(global)
-        var printer = RowPrinter(output, columns: ["asid", "state", "as_of", "evidence_event", "evidence_device"])
+        var printer = RowPrinter(output, columns: AccessAnswer.fieldNames)
         var unseen = false
-        for asid in asids {
-            let a = try store.access(asid, asOf: asOf?.millis)
-            unseen = unseen || a.state == .unseen
-            printer.row([.text(asid), .text(a.state.rawValue), .text(asOf.map { Timestamp.format($0.millis) } ?? "now"),
-                         .text(a.evidenceEvent), .text(a.evidenceDevice)])
+        // Read in batches (one transaction each), printed in the order asked.
+        for start in stride(from: 0, to: asids.count, by: Self.batch) {
+            for a in try store.access(Array(asids[start..<min(start + Self.batch, asids.count)]), asOf: asOf?.millis).answers {
+                unseen = unseen || a.state == .unseen
+                printer.row(a.fields(asOf: asOf?.millis).map(Cell.init))
+            }
         }
         printer.finish()
         if unseen { throw ExitCode(IdreconError.Kind.notFound.exitCode) }
