@@ -293,6 +293,27 @@ package enum Schema {
                 CREATE VIEW asid_limited_spans AS SELECT * FROM asid_limited_spans_gN;
                 """.replacingOccurrences(of: "_gN", with: "_g" + String(generation)))
         }
+        migrator.registerMigration("v9-change-feed") { db in
+            // The change feed (README, "Change feed"): its position moves in the transactions
+            // that fold the log, and changes wait in `feed_changes` until Kafka has them.
+            try db.execute(sql: """
+                CREATE TABLE change_feed (
+                    id          INTEGER PRIMARY KEY CHECK (id = 1),
+                    topic       TEXT NOT NULL,
+                    feed_id     TEXT NOT NULL,
+                    decided_seq INTEGER NOT NULL CHECK (decided_seq >= 0),
+                    last_change INTEGER NOT NULL CHECK (last_change >= 0),
+                    sent_change INTEGER NOT NULL CHECK (sent_change >= 0 AND sent_change <= last_change)
+                ) STRICT;
+
+                CREATE TABLE feed_changes (
+                    change INTEGER PRIMARY KEY,
+                    seq    INTEGER NOT NULL,
+                    key    TEXT NOT NULL,
+                    body   TEXT NOT NULL CHECK (json_valid(body))
+                ) STRICT;
+                """)
+        }
         return migrator
     }
 }

@@ -54,8 +54,9 @@ package enum ProjectionEngine {
     /// Applies the logged events after `cursor` to `tables`, in chunks of `catchUpChunk`
     /// in log order; returns the last sequence number applied (`cursor` when none) and the
     /// events applied. A chunk's refolds see the log up to the chunk's end only.
+    /// `feed` decides each chunk's changes before it is folded (the live projections only).
     package static func catchUp(
-        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64
+        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64, feed: ChangeFeedWriter? = nil
     ) throws -> (cursor: Int64, events: Int64) {
         var cursor = cursor, events: Int64 = 0
         let read = try BulkStatement(cached: db, """
@@ -65,6 +66,7 @@ package enum ProjectionEngine {
             var facts: [ProjectionFact] = []
             try read.each({ $0.add(cursor) }) { facts.append(ProjectionFact($0)) }
             guard let last = facts.last?.seq else { return (cursor, events) }
+            try feed?.decide(facts, tables: tables, config: config)
             try apply(facts, in: ProjectionContext(db: db, tables: tables, config: config, visibleSeq: last))
             cursor = last
             events += Int64(facts.count)
@@ -84,8 +86,10 @@ package enum ProjectionEngine {
         let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
         guard lag >= max(1, minimum ?? Int64(catchUpChunk - appended)) else { return 0 }
         let state = try ProjectionState.load(db)
-        let (cursor, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq)
+        let feed = try ChangeFeedWriter(db, appliedSeq: state.appliedSeq)
+        let (cursor, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq, feed: feed)
         try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [cursor])
+        try feed?.finish(decidedSeq: cursor)
         return events
     }
 }

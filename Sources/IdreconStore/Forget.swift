@@ -80,6 +80,7 @@ extension EventStore {
                 try db.execute(sql: "UPDATE quarantine SET raw = ? WHERE id = ?", arguments: [Data(clean), id])
                 touched += 1
             }
+            try ChangeFeedTables.erase(db, asid: asid)
             try db.execute(sql: """
                 INSERT INTO pending_rebuild (id, since, why) VALUES (1, ?, 'forget') ON CONFLICT(id) DO NOTHING
                 """, arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
