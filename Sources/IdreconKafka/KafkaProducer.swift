@@ -1,16 +1,25 @@
 import CRdKafka
+import Synchronization
 
-/// Sends records to one topic; the partition is chosen from the key (librdkafka's default partitioner).
+/// Sends records to one topic; the partition is chosen from the key (librdkafka's default
+/// partitioner) unless the caller names it. A record librdkafka gives up on (its delivery
+/// report carries an error) makes the next `flush` throw.
 public final class KafkaProducer: @unchecked Sendable {
     private let rk: OpaquePointer
     private let topic: OpaquePointer
     public let topicName: String
+    private let failures = DeliveryFailures()
 
     public init(brokers: String, topic: String, settings: [(String, String)] = []) throws(KafkaError) {
         let conf = try makeConfiguration([
             ("bootstrap.servers", brokers), ("linger.ms", "20"), ("batch.num.messages", "10000"),
             ("queue.buffering.max.messages", "500000"), ("log_level", "4"),
         ] + settings)
+        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(failures).toOpaque())
+        rd_kafka_conf_set_dr_msg_cb(conf) { _, message, opaque in
+            guard let message, let opaque, message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR else { return }
+            Unmanaged<DeliveryFailures>.fromOpaque(opaque).takeUnretainedValue().record(KafkaError(message.pointee.err, "delivery"))
+        }
         rk = try makeClient(RD_KAFKA_PRODUCER, conf)
         guard let t = rd_kafka_topic_new(rk, topic, nil) else {
             rd_kafka_destroy(rk)
@@ -58,10 +67,29 @@ public final class KafkaProducer: @unchecked Sendable {
     /// Serves delivery reports.
     public func poll() { rd_kafka_poll(rk, 0) }
 
-    /// Waits until every queued record is delivered.
+    /// Waits until every queued record is delivered; throws if one was not (since the last flush).
     public func flush(timeoutMs: Int32 = 60_000) throws(KafkaError) {
         let err = rd_kafka_flush(rk, timeoutMs)
         if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "flush to \(topicName)") }
+        if let failure = failures.take() {
+            throw KafkaError(kind: .client, code: failure.code, message: "\(failure.count) records to \(topicName) not delivered: \(failure.error)")
+        }
+    }
+}
+
+/// Failed deliveries reported on librdkafka's thread, taken by `flush`.
+private final class DeliveryFailures: Sendable {
+    private let state = Mutex<(count: Int, first: KafkaError?)>((0, nil))
+
+    func record(_ error: KafkaError) {
+        state.withLock { $0.count += 1; if $0.first == nil { $0.first = error } }
+    }
+
+    func take() -> (count: Int, code: Int32, error: KafkaError)? {
+        state.withLock { s in
+            defer { s = (0, nil) }
+            return s.first.map { (s.count, $0.code, $0) }
+        }
     }
 }
 

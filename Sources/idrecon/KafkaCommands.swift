@@ -6,6 +6,7 @@ import IdreconService
 import IdreconStore
 import IdreconVersion
 import Logging
+import Synchronization
 
 /// SIGINT/SIGTERM set this flag; long-running commands poll it and stop cleanly.
 enum StopSignal {
@@ -109,6 +110,10 @@ struct ConsumeCommand: AsyncParsableCommand {
                                valueName: "host:port"))
     var apiAddress: String?
     @OptionGroup var api: APIOptions
+    @Option(help: ArgumentHelp(
+        "Send the change feed (access-state changes, identity merges and splits) to this topic, exactly once in effect.",
+        valueName: "topic"))
+    var changesTopic: String?
     @Option(parsing: .unconditional, help: "/readyz fails when records wait and nothing was committed for this many seconds.")
     var readyWindow = 60
     @Flag(name: .customLong("embedded"), help: "Start an in-process Kafka cluster (librdkafka's mock) and consume from it; --embedded=N for N partitions (default 16).")
@@ -195,6 +200,7 @@ struct ConsumeCommand: AsyncParsableCommand {
             apiServer = started
             FileHandle.standardError.write(Data("api: http://\(address)/v1 (and /healthz)\n".utf8))
         }
+        let feed = try startChangeFeed(store: store, brokers: bootstrap, settings: extra, logger: logger)
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
         let busy = BusyClock()
         let outcome = await Self.onThread { [monitor] () -> Result<ConsumeSummary, any Error> in
@@ -209,6 +215,7 @@ struct ConsumeCommand: AsyncParsableCommand {
             }
         }
         if case let .failure(error) = outcome { monitor?.failed("\(error)") }
+        let feedFailure = await feed?.stop()
         await server?.stop()
         await apiServer?.stop()
         let summary: ConsumeSummary
@@ -228,6 +235,13 @@ struct ConsumeCommand: AsyncParsableCommand {
             "busy_seconds": "\(String(format: "%.1f", busy.seconds))",
             "skipped": "\(summary.skipped)",
         ])
+        if let feed {
+            logger.info("change feed", metadata: ["topic": "\(feed.sender.feed.topic)", "sent": "\(feed.sender.sentChanges)"])
+        }
+        if let feedFailure {
+            throw IdreconError(.transient, "the change feed could not send every change (they wait in the database and go "
+                + "with the next run): \(feedFailure)")
+        }
         if summary.skipped > 0 {
             throw IdreconError(.violation, "\(summary.skipped) records were skipped: the broker no longer held them (retention); "
                 + "see 'idrecon export skipped'")
@@ -235,7 +249,57 @@ struct ConsumeCommand: AsyncParsableCommand {
     }
 }
 
+/// The change feed's sender on a thread of its own, while the consumer runs.
+final class RunningChangeFeed: @unchecked Sendable {
+    let sender: ChangeFeedSender
+    private let stopping = Mutex(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(_ sender: ChangeFeedSender) {
+        self.sender = sender
+        let thread = Thread { [self] in
+            sender.run { StopSignal.isRequested || stopping.withLock { $0 } }
+            finished.signal()
+        }
+        thread.start()
+    }
+
+    /// Stops the loop and sends what the consumer's last catch-up decided; the failure, if any.
+    func stop() async -> (any Error)? {
+        stopping.withLock { $0 = true }
+        return await ConsumeCommand.onThread { [self] () -> (any Error)? in
+            finished.wait()
+            do { try sender.drain() } catch { return error }
+            return nil
+        }
+    }
+}
+
 extension ConsumeCommand {
+    static func feedWaits(_ topic: String) -> String {
+        "this database has a change feed to \(topic): its changes wait in the database until a consume with "
+            + "--changes-topic \(topic) sends them"
+    }
+
+    /// Starts sending the change feed when `--changes-topic` is given; without it, says
+    /// that a database with a feed keeps deciding changes for a later run to send.
+    func startChangeFeed(store: EventStore, brokers: String, settings: [(String, String)], logger: Logger) throws -> RunningChangeFeed? {
+        guard let changesTopic else {
+            if let feed = try store.changeFeed() {
+                logger.warning("\(Self.feedWaits(feed.topic))")
+            }
+            return nil
+        }
+        do {
+            return RunningChangeFeed(try ChangeFeedSender(store: store, topic: changesTopic, brokers: brokers, settings: settings,
+                                                          logger: logger))
+        } catch let error as IdreconError {
+            throw error
+        } catch {
+            throw IdreconError(.configuration, "change feed to \(changesTopic): \(error)")
+        }
+    }
+
     /// `HOST:PORT` (`[v6]:PORT` for IPv6) with a port in 0...65535.
     static func hostAndPort(_ text: String) -> (String, Int)? {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port)
