@@ -36,7 +36,11 @@ func changeRecord(_ record: KafkaPartitionReader.Record, feedID: String) -> (cha
         #expect(changes.count == Set(changes.map(\.change)).count, "a change was sent twice")
         #expect(changes.map(\.change).sorted() == Array(1...feed.lastChange), "changes missing")
         #expect(feed.sentChange == feed.lastChange && feed.lastChange > 100)
+        let schema = MiniSchema(schema: try JSONParser.parse([UInt8](try Data(contentsOf: OutputSchemaTests.schemas
+            .deletingLastPathComponent().appendingPathComponent("changes.schema.json")))))
         for (record, change) in zip(records, changes) {
+            let problems = schema.errors(try JSONParser.parse(record.value ?? []))
+            #expect(problems.isEmpty, "\(problems)")
             let key = String(decoding: record.key ?? [], as: UTF8.self)
             #expect(record.partition == ChangeFeedSender.partition(of: key, among: partitions))
             #expect(change.body.contains(#""asid":"\#(key)""#) || change.body.contains(#""user_id":"\#(key)""#))

@@ -1,5 +1,6 @@
 import EventGenerator
 import Foundation
+import Synchronization
 import IdreconDomain
 import IdreconIngest
 @testable import IdreconStore
@@ -78,6 +79,7 @@ import Testing
     /// log alone (arrival order, duplicates, late events and the dense population's merges
     /// and splits included).
     @Test func liveFeedEqualsTheLogs() async throws {
+        let kinds = Mutex<Set<String>>([])
         await propertyCheck(count: 10, input: Gen.int(in: 0...1_000_000), Gen.int(in: 1...200), Gen.int(in: 0...300)) { seed, most, lag in
             let dir = TempDir()
             let store = try! EventStore(path: dir.path("db.sqlite"))
@@ -88,8 +90,55 @@ import Testing
             try! store.catchUpProjections()
             let live = try! Self.decided(store)
             #expect(!live.isEmpty)
+            kinds.withLock { seen in
+                for record in live { if case let .string(kind)? = try? JSONParser.parse(Array(record.utf8))["kind"] { seen.insert(kind) } }
+            }
             #expect(live == (try! store.feedFromLog()), "seed \(seed), transactions of at most \(most), lag \(lag)")
         }
+        // The streams exercised merges and renames (splits: `identityMergesSplitsAndRenames`).
+        #expect(kinds.withLock { $0.isSuperset(of: ["access", "identity_merged", "identity_renamed"]) }, "\(kinds.withLock { $0 })")
+    }
+
+    /// Tiny random streams where keys are shared by more ASIDs than the guard allows (so
+    /// identities merge, split and rename often), in random transactions: live equals the log's.
+    @Test func randomSharedKeysSplitAndMergeAlike() async throws {
+        let kinds = Mutex<Set<String>>([])
+        await propertyCheck(count: 25, input: Gen.int(in: 0...1_000_000)) { seed in
+            var rng = SeededRandom(seed: UInt64(seed))
+            func pick(_ n: Int) -> Int { Int(rng.next() % UInt64(n)) }
+            var lines: [String] = []
+            for i in 0..<120 {
+                let day = 1 + Double(pick(2_000)) / 100
+                let device = "D\(pick(5))"
+                if pick(6) == 0 {
+                    lines.append(Stream.logout("x\(i)", day: day, device: device))
+                    continue
+                }
+                var extra: [String: any Sendable] = [:]
+                if pick(2) == 0 { extra["email"] = "p\(pick(4))@example.com" }
+                if pick(4) == 0 { extra["friend_asids"] = ["\(20 + pick(4))"] }
+                lines.append(Stream.login("e\(i)", day: day, device: device, asid: "\(1 + pick(9))", limited: pick(3) == 0, extra: extra))
+            }
+            let dir = TempDir()
+            let store = try! EventStore(path: dir.path("db.sqlite"))
+            _ = try! store.replay(config: IdentityConfig(maxASIDsPerKey: 2))
+            _ = try! store.enableChangeFeed(topic: "changes")
+            appendInRandomTransactions(lines, to: store, atMost: 1 + pick(30), lag: pick(40), using: &rng)
+            try! store.catchUpProjections()
+            let live = try! Self.decided(store)
+            kinds.withLock { seen in
+                for record in live { if case let .string(kind)? = try? JSONParser.parse(Array(record.utf8))["kind"] { seen.insert(kind) } }
+            }
+            #expect(live == (try! store.feedFromLog()), "seed \(seed)")
+            // Each ASID's last reported state is its access now.
+            var last: [String: String] = [:]
+            for record in live {
+                let value = try! JSONParser.parse(Array(record.utf8))
+                if case let .string(asid)? = value["asid"], case let .string(state)? = value["state"] { last[asid] = state }
+            }
+            for (asid, state) in last { #expect(try! store.access(asid).state.rawValue == state, "seed \(seed), ASID \(asid)") }
+        }
+        #expect(kinds.withLock { $0 } == ["access", "identity_merged", "identity_split", "identity_renamed"])
     }
 
     /// Delivered changes leave the database; a forgotten ASID's undelivered ones go with it.
