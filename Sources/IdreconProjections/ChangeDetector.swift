@@ -112,9 +112,29 @@ struct ChangeDetector {
 
     /// The changes `facts` (in log order) make, in log order.
     mutating func changes(_ facts: [ProjectionFact]) throws -> [FeedChange] {
+        try prefetch(facts)
         var changes: [FeedChange] = []
         for fact in facts { try add(fact, to: &changes) }
         return changes
+    }
+
+    /// Loads what the facts will ask for in the tables' key order, as the projections read
+    /// their rows: each page of a table is then read once per chunk, not once per entity.
+    private mutating func prefetch(_ facts: [ProjectionFact]) throws {
+        var devices: Set<ByteTextPair> = [], asids: Set<String> = [], friends: Set<String> = []
+        for fact in facts {
+            devices.insert(ByteTextPair(fact.appID, fact.deviceID))
+            guard fact.type == .login, let asid = fact.asid else { continue }
+            asids.insert(asid)
+            if let list = fact.friends { friends.formUnion(StoredFriendList.split(list)) }
+        }
+        for key in devices.sorted() { _ = try device(key) }
+        let logins = asids.sorted()
+        for asid in logins { _ = try lastLogin(asid) }
+        for asid in logins { _ = try limitedDevices(asid) }
+        for asid in logins { _ = try firstLogin(asid) }
+        for asid in logins { _ = try keys(asid) }
+        for friend in friends.subtracting(asids).sorted() { _ = try mentioned(friend) }
     }
 
     mutating func add(_ fact: ProjectionFact, to changes: inout [FeedChange]) throws {
@@ -165,8 +185,8 @@ struct ChangeDetector {
     }
 
     private mutating func state(_ asid: String) throws -> AccessState {
-        AccessState.decide(heldLimited: try limitedDevices(asid) > 0, latestLoginLimited: try lastLogin(asid)?.limited,
-                           mentioned: try mentioned(asid))
+        try AccessState.decide(latestLoginLimited: { try lastLogin(asid)?.limited }, heldLimited: { try limitedDevices(asid) > 0 },
+                               mentioned: { try mentioned(asid) })
     }
 
     private mutating func device(_ key: ByteTextPair) throws -> DeviceNow? {
@@ -204,8 +224,20 @@ struct ChangeDetector {
         let known = try keys(asid)
         let newKeys = [fact.linkEmail, fact.linkTFB].compactMap { $0 }
             .filter { key in !known.contains { $0.sameBytes(as: key) } }
-        let earlier = first.map { fact.key < $0 } ?? true
-        guard earlier || !newKeys.isEmpty else { return }
+        let earlier = first.map { fact.key < $0 } ?? false
+        // Identities change only through an earlier first login of a known ASID (a rename)
+        // or a key another ASID holds (a merge, or a split when it becomes ambiguous).
+        var shared = false
+        for key in newKeys where try holderCount(key) > 0 { shared = true }
+        guard earlier || shared else {
+            firstLogins[asid] = .some(min(first ?? fact.key, fact.key))
+            keysOf[asid] = known + newKeys
+            for key in newKeys {
+                counts[ByteText(key)] = 1
+                addedHolders[ByteText(key), default: []].append(asid)
+            }
+            return
+        }
 
         // The ASIDs whose identity this login can change: its own component, and those of
         // every holder of a key it adds that links now or will.
@@ -269,7 +301,11 @@ struct ChangeDetector {
 
     private mutating func linkingKeys(_ asid: String) throws -> [String] {
         var linked: [String] = []
-        for key in try keys(asid) where linking(key, holders: try holderCount(key)) { linked.append(key) }
+        for key in try keys(asid) {
+            // The count first: a mutating call inside a call on `self` would copy `self`.
+            let count = try holderCount(key)
+            if linking(key, holders: count) { linked.append(key) }
+        }
         return linked
     }
 

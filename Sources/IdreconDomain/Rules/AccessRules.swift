@@ -12,9 +12,18 @@ public enum AccessState: String, Sendable, Codable, CaseIterable {
     ///   - latestLoginLimited: the ASID's latest login at t was limited (nil: no login by t).
     ///   - mentioned: the ASID appeared in a friend list by t.
     public static func decide(heldLimited: Bool, latestLoginLimited: Bool?, mentioned: Bool) -> AccessState {
-        if heldLimited || latestLoginLimited == true { return .forbiddenLimited }
-        if latestLoginLimited != nil { return .allowed }
-        return mentioned ? .forbiddenUnknown : .unseen
+        decide(latestLoginLimited: { latestLoginLimited }, heldLimited: { heldLimited }, mentioned: { mentioned })
+    }
+
+    /// The same, asking each fact only when the ones before it do not decide (a caller
+    /// whose facts cost a lookup each).
+    public static func decide(
+        latestLoginLimited: () throws -> Bool?, heldLimited: () throws -> Bool, mentioned: () throws -> Bool
+    ) rethrows -> AccessState {
+        let latest = try latestLoginLimited()
+        if try latest == true || heldLimited() { return .forbiddenLimited }
+        if latest != nil { return .allowed }
+        return try mentioned() ? .forbiddenUnknown : .unseen
     }
 }
 
