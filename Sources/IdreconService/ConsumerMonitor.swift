@@ -26,6 +26,7 @@ public final class ConsumerMonitor: @unchecked Sendable {
     private let commitDuration: CoreMetrics.Timer
     private let transactionRecords: CoreMetrics.Recorder
     private let sinceCommit, logEvents, databaseBytes, projectionLag, assigned: Meter
+    private let feedPending: Meter
     private var partitionGauges: [Int32: (stored: Meter, lag: Meter)] = [:]
 
     // swift-metrics objects over handlers made by the registry, so that every metric has
@@ -71,6 +72,8 @@ public final class ConsumerMonitor: @unchecked Sendable {
         databaseBytes = gauge("idrecon_database_bytes", "Bytes of the database file and its WAL.")
         projectionLag = gauge("idrecon_projection_lag_events", "Logged events the projections have not applied yet.")
         assigned = gauge("idrecon_partitions_assigned", "Kafka partitions assigned to this consumer.")
+        feedPending = gauge("idrecon_change_feed_pending_changes",
+                            "Changes decided and not yet delivered to the change feed's topic (0 without a feed).")
         // Prometheus' convention for what is running: a constant 1 labelled with the build.
         registry.makeGauge(name: "idrecon_build_info", labels: [("version", IdreconVersion.number), ("commit", IdreconVersion.commit)],
                            help: "The running build: its version and commit (value 1).").set(to: 1.0)
@@ -111,6 +114,8 @@ public final class ConsumerMonitor: @unchecked Sendable {
             databaseBytes.set(log.bytes)
             projectionLag.set(max(0, log.lastSeq - log.appliedSeq))
         }
+        let feed = (try? store.changeFeed()) ?? nil
+        feedPending.set(feed.map { $0.lastChange - $0.sentChange } ?? 0)
         if let positions = try? store.positions() {
             for position in positions {
                 guard let partition = KafkaIngestor.partition(of: position.source, topic: topic) else { continue }

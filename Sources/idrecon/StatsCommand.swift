@@ -64,11 +64,17 @@ struct StatsCommand: AsyncParsableCommand {
             // Logged events the projections have not folded yet (a writer's write-behind).
             ("projection_lag_events", .int(max(0, log.lastSeq - log.appliedSeq))),
         ]
+        // The change feed, when the database has one: how far it is decided and delivered.
+        let feed: [(String, Cell)]? = try store.changeFeed().map { f in
+            [("topic", .text(f.topic)), ("decided_seq", .int(f.decidedSeq)), ("last_change", .int(f.lastChange)),
+             ("sent_change", .int(f.sentChange)), ("pending_changes", .int(f.lastChange - f.sentChange))]
+        }
         if output.resolved == .json {
             // One typed object: counts as numbers, maps and lists where the table has prefixes.
             var members: [(String, JSONValue)] = counts.map { ($0.0, .number(String($0.1))) }
             members.append(("quarantined_by_code", .object(byCode.map { ($0.key, .number(String($0.value))) })))
             members += tail.map { ($0.0, $0.1.json) }
+            members.append(("change_feed", feed.map { .object($0.map { ($0.0, $0.1.json) }) } ?? .null))
             members.append(("positions", .array(positions.map { p -> JSONValue in
                 .object([("source", .string(p.source)), ("position", .number(String(p.position))), ("records", .number(String(p.records)))])
             })))
@@ -85,6 +91,7 @@ struct StatsCommand: AsyncParsableCommand {
         var rows: [(String, Cell)] = counts.map { ($0.0, .int($0.1)) }
         rows += byCode.map { ("quarantined.\($0.key)", .int(Int64($0.value))) }
         rows += tail
+        rows += (feed ?? []).map { ("change_feed.\($0.0)", $0.1) }
         rows += positions.map { ("position.\($0.source)", .int($0.position)) }
         for lag in lags ?? [] {
             let value: Cell = lag.records.map { Cell.int($0) } ?? Cell.text("unknown: \(lag.reason ?? "")")
