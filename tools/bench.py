@@ -111,10 +111,10 @@ def audit_rate(db_path, access_export, n, calls_path):
     return n / (time.monotonic() - start), int(open(os.path.join(OUT, "audit.time")).read().split()[-1]) / 1024
 
 
-def wrk_run(url, env, seconds=10, connections=8):
-    """Runs wrk with tools/wrk/access.lua; returns (requests/s, p99 ms)."""
-    p = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s",
-                        os.path.join(ROOT, "tools", "wrk", "access.lua"), url],
+def wrk_run(url, env, seconds=10, connections=8, script=True):
+    """Runs wrk with tools/wrk/access.lua (or a plain GET of url); returns (requests/s, p99 ms)."""
+    lua = ["-s", os.path.join(ROOT, "tools", "wrk", "access.lua")] if script else []
+    p = subprocess.run(["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--latency", *lua, url],
                        capture_output=True, text=True, env={**os.environ, **env})
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", p.stdout).group(1))
     value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", p.stdout).groups()
@@ -141,6 +141,61 @@ def api_rates(r, db_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def api_while_consuming(r, db_path):
+    """The read API of a consumer while it ingests (issue 22's targets): `consume --api-address`
+    on the 1M database, fed a second stream (seed 2, 1M events) through a dev broker; wrk
+    asks it GET one random ASID (8 connections) and POST 1,000 (one connection: a caller asking
+    before a batch of calls) for 8 s each. The database is changed: this runs last."""
+    if not shutil.which("wrk"):
+        return
+    print("read API while consume ingests (consume --api-address, a second stream produced) ...", file=sys.stderr)
+    more = os.path.join(OUT, "events-seed2-1000000.jsonl")
+    if not os.path.exists(more) or os.path.getsize(more) == 0:
+        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", "1000000", "--seed", "2", "--output", more,
+                        "--manifest", os.devnull], check=True)
+    asids = os.path.join(OUT, "api-asids.txt")
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        with open(asids, "w") as f:
+            f.writelines(row[0] + "\n" for row in conn.execute("SELECT asid FROM asids ORDER BY random() LIMIT 100000"))
+        before = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+    # 128 partitions: the embedded cluster keeps about 5 MB of each.
+    broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", "128", "--topic", "more"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    bootstrap = broker.stdout.readline().strip()
+    consumer = subprocess.Popen([os.path.join(BIN, "idrecon"), "consume", "--brokers", bootstrap, "--topic", "more",
+                                 "--db", db_path, "--api-address", "127.0.0.1:0", "-X", "session.timeout.ms=6000",
+                                 "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        while url is None:
+            line = consumer.stderr.readline()
+            if not line:
+                sys.exit("consume --api-address did not start")
+            m = re.search(r"api: (http://[\d.:]+)", line)
+            url = m and m.group(1)
+        threading.Thread(target=consumer.stderr.read, daemon=True).start()
+        producer = subprocess.Popen([os.path.join(BIN, "idrecon"), "produce", more, "--brokers", bootstrap, "--topic", "more"],
+                                    stderr=subprocess.DEVNULL)
+        while committed_records(db_path, "kafka") < 20_000:
+            time.sleep(0.1)
+        start, done = time.monotonic(), committed_records(db_path, "kafka")
+        r["api_busy_get_rps"], r["api_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
+        r["api_busy_post1000_rps"], r["api_busy_post1000_p99_ms"] = wrk_run(url, {"ASIDS": asids, "BATCH": "1000"},
+                                                                            seconds=8, connections=1)
+        # The HTTP server alone (no database read), for the ceiling this machine leaves it.
+        r["api_busy_healthz_rps"], r["api_busy_healthz_p99_ms"] = wrk_run(url.replace("/v1", "") + "/healthz", {}, seconds=8,
+                                                                          script=False)
+        ingested = committed_records(db_path, "kafka")
+        r["api_busy_consume_eps"] = (ingested - done) / (time.monotonic() - start)
+        r["api_busy_consume_still_running"] = ingested < 1_000_000
+        producer.wait()
+    finally:
+        consumer.send_signal(signal.SIGTERM)
+        consumer.wait(timeout=120)
+        broker.send_signal(signal.SIGTERM)
+        broker.wait()
 
 
 def generated(n):
@@ -291,6 +346,9 @@ def main():
         r["audit_over_1m"] = r["audit_calls_per_s"] / r["audit_1m_calls_per_s"]
         r["written_over_1m"] = (WRITTEN["ingest"] / n) / r["ingest_1m_written_bytes_per_event"]
 
+    # Last: it changes the database it runs on (the 1M one of this run).
+    api_while_consuming(r, db("ingest-1M") if n > small else db("ingest"))
+
     for name in ("baseline", "ingest", "consume", "replay"):
         r[f"{name}_written_bytes_per_event"] = WRITTEN[name] / n
     r["ingest_over_baseline"] = r["ingest_eps"] / r["baseline_eps"]
@@ -314,6 +372,15 @@ def main():
         *([("API GET /v1/access: req/s · p99", f"{r['api_get_rps']:,.0f} · {r['api_get_p99_ms']:.2f} ms", ""),
            ("API POST 1,000 ASIDs: req/s · p99", f"{r['api_post1000_rps']:,.0f} · {r['api_post1000_p99_ms']:.1f} ms", "")]
           if "api_get_rps" in r else []),
+        *([("API while consume ingests: GET req/s · p99",
+            f"{r['api_busy_get_rps']:,.0f} · {r['api_busy_get_p99_ms']:.2f} ms", ""),
+           ("API while consume ingests: POST 1,000 (1 conn.) req/s · p99",
+            f"{r['api_busy_post1000_rps']:,.0f} · {r['api_busy_post1000_p99_ms']:.1f} ms", ""),
+           ("API while consume ingests: GET /healthz (no database)",
+            f"{r['api_busy_healthz_rps']:,.0f} · {r['api_busy_healthz_p99_ms']:.2f} ms", ""),
+           ("consume meanwhile", f"{r['api_busy_consume_eps']:,.0f} ev/s"
+            + ("" if r["api_busy_consume_still_running"] else " (finished before wrk did)"), "")]
+          if "api_busy_get_rps" in r else []),
         ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
         *[(f"disk bytes written: {name}", f"{r[f'{name}_written_bytes_per_event']:,.0f} B/event", "")
           for name in ("baseline", "ingest", "consume", "replay")],
