@@ -58,6 +58,7 @@ public final class ChangeFeedSender: @unchecked Sendable {
         }
         guard count > 0 else { throw KafkaError.configuration("topic \(feed.topic) has no partitions; create it") }
         let reader = try KafkaPartitionReader(brokers: brokers, topic: feed.topic, settings: settings)
+        let decided = try store.changeFeed()?.lastChange ?? 0
         var tails: [Int32: Int64] = [:]
         for p in 0..<count {
             guard let last = try reader.last(partition: p) else { continue }
@@ -66,6 +67,12 @@ public final class ChangeFeedSender: @unchecked Sendable {
                   case let .number(change)? = record["change"], let number = Int64(change) else {
                 throw KafkaError.configuration("topic \(feed.topic) partition \(p) ends with a record this database's change "
                     + "feed did not write (offset \(last.offset)); give the feed a topic of its own")
+            }
+            // A topic ahead of the database: the database was restored from a backup, and
+            // the changes it numbers next would be taken for ones the topic holds.
+            guard number <= decided else {
+                throw KafkaError.configuration("topic \(feed.topic) partition \(p) holds change \(number), beyond this "
+                    + "database's last change \(decided) (restored from a backup?); give the feed a new topic")
             }
             tails[p] = number
         }
@@ -77,6 +84,17 @@ public final class ChangeFeedSender: @unchecked Sendable {
     /// Sends the next decided changes (at most `limit`); returns how many were pending.
     @discardableResult
     public func sendPending(limit: Int = 10_000) throws -> Int {
+        do {
+            return try send(limit: limit)
+        } catch {
+            // Some of the records may have arrived: the partitions' tails will say which. The
+            // producer is destroyed first, so that nothing it still holds arrives after them.
+            producer = nil
+            throw error
+        }
+    }
+
+    private func send(limit: Int) throws -> Int {
         if producer == nil { try recover() }
         guard let producer, let delivered else { return 0 }
         let pending = try store.pendingChanges(after: sent, limit: limit)
@@ -88,12 +106,7 @@ public final class ChangeFeedSender: @unchecked Sendable {
             try producer.send(key: Array(change.key.utf8), value: Array(change.body.utf8), partition: p)
             sending += 1
         }
-        do {
-            try producer.flush()
-        } catch {
-            self.producer = nil // the tails say what arrived
-            throw error
-        }
+        try producer.flush()
         try store.changesDelivered(upTo: last.change)
         sent = last.change
         sentChanges += sending

@@ -295,6 +295,9 @@ extension ConsumeCommand {
                                                           logger: logger))
         } catch let error as IdreconError {
             throw error
+        } catch let error as KafkaError where error.kind == .client {
+            // No broker answered, or one failed: worth a retry (exit 1), unlike a setting.
+            throw IdreconError(.transient, "change feed to \(changesTopic): \(error)")
         } catch {
             throw IdreconError(.configuration, "change feed to \(changesTopic): \(error)")
         }

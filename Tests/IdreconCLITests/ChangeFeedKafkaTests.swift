@@ -99,6 +99,9 @@ func changeRecord(_ record: KafkaPartitionReader.Record, feedID: String) -> (cha
         FileManager.default.createFile(atPath: file, contents: Data(lines.prefix(5_000).flatMap { $0 + [0x0A] }))
         #expect(try run(Binaries.idrecon, ["ingest", file, "--db", db]).status == 0)
         let store = try EventStore(path: db)
+        _ = try store.backup(to: s.path("backup.sqlite")) // then more is decided, and everything sent
+        FileManager.default.createFile(atPath: s.path("more.jsonl"), contents: Data(lines[5_000..<6_000].flatMap { $0 + [0x0A] }))
+        #expect(try run(Binaries.idrecon, ["ingest", s.path("more.jsonl"), "--db", db]).status == 0)
         let pending = try store.pendingChanges(after: 0, limit: .max)
         #expect(pending.count > 50)
         // The first two thirds reached Kafka; then the process died.
@@ -112,6 +115,12 @@ func changeRecord(_ record: KafkaPartitionReader.Record, feedID: String) -> (cha
         try sender.drain()
         #expect(sender.sentChanges == pending.count - pending.count * 2 / 3)
         try expectExactlyOnce(cluster, partitions: 4, db: db)
+
+        // The backup, restored, would number its next changes as ones the topic holds: refused.
+        let restored = try EventStore(path: s.path("backup.sqlite"))
+        #expect(throws: (any Error).self) {
+            _ = try ChangeFeedSender(store: restored, topic: "changes", brokers: cluster.bootstrap, logger: Logger(label: "test"))
+        }
 
         // A topic whose tail another writer wrote is refused.
         try cluster.createTopic("shared", partitions: 1)
