@@ -23,9 +23,11 @@ for _ in $(seq 50); do [ -s "$DIR/broker.txt" ] && break; sleep 0.1; done
 BROKERS=$(head -1 "$DIR/broker.txt")
 echo "bootstrap: $BROKERS"
 
-say "consume (in the background) while producing: offsets live in SQLite, one transaction per batch"
+say "consume (in the background) while producing: offsets live in SQLite, one transaction per batch;"
+echo "access changes and identity merges go to the change feed topic idrecon-changes, each once"
 # The mock coordinator waits out a departed member's session; a short session keeps the demo quick.
 "$BIN/idrecon" consume --brokers "$BROKERS" --topic login-events --group demo --db "$DB" \
+  --changes-topic idrecon-changes \
   --metrics-address 127.0.0.1:0 -X session.timeout.ms=6000 -X heartbeat.interval.ms=500 2> "$DIR/consume.log" &
 consumer_pid=$!
 "$BIN/idrecon" produce "$DIR/events.jsonl" --brokers "$BROKERS" --topic login-events

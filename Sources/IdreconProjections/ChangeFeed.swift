@@ -95,59 +95,34 @@ package final class ChangeFeedWriter {
     }
 }
 
-/// The projections' tables as the detector reads them (before a chunk is folded).
+/// The projections' tables as the detector reads them (before a chunk is folded), through
+/// each projection's own rows.
 struct TableChangeSource: ChangeSource {
-    private let device_, lastLogin_, limited_, mentioned_, firstLogin_, keys_, holders_, count_: BulkStatement
+    private let devices: DevicesProjection.Rows
+    private let access: AccessProjection.Rows
+    private let identities: IdentitiesProjection.Rows
+    private let friends: FriendsProjection.Rows
 
     init(_ db: Database, _ t: ProjectionTables) throws {
-        device_ = try BulkStatement(cached: db, "SELECT last_at, last_event, mode, asid FROM \(t.devices) WHERE app_id = ? AND device_id = ?")
-        lastLogin_ = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
-        limited_ = try BulkStatement(cached: db, "SELECT count(*) FROM \(t.devices) WHERE asid = ? AND mode = 'limited'")
-        mentioned_ = try BulkStatement(cached: db, "SELECT 1 FROM \(t.mentions) WHERE asid = ?")
-        firstLogin_ = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
-        keys_ = try BulkStatement(cached: db, "SELECT key FROM \(t.asidKeys) WHERE asid = ?")
-        holders_ = try BulkStatement(cached: db, "SELECT asid FROM \(t.asidKeys) WHERE key = ?")
-        count_ = try BulkStatement(cached: db, "SELECT asids FROM \(t.linkKeys) WHERE key = ?")
+        devices = try DevicesProjection.Rows(db, t)
+        access = try AccessProjection.Rows(db, t)
+        identities = try IdentitiesProjection.Rows(db, t)
+        friends = try FriendsProjection.Rows(db, t)
     }
 
     func device(_ app: String, _ device: String) throws -> ChangeDetector.DeviceNow? {
-        try device_.first({ $0.add(app); $0.add(device) }) {
-            ChangeDetector.DeviceNow(last: EventKey(at: $0.int(0), eventID: $0.string(1)), asid: $0.optionalString(3),
-                                     limited: $0.string(2) == "limited")
+        try devices.load(app, device).flatMap { stored in
+            stored.last.map { ChangeDetector.DeviceNow(last: $0, asid: stored.asid, limited: stored.mode == .limited) }
         }
     }
 
-    func lastLogin(_ asid: String) throws -> (key: EventKey, limited: Bool)? {
-        try lastLogin_.first({ $0.add(asid) }) { (EventKey(at: $0.int(0), eventID: $0.string(1)), $0.string(2) == "limited") }
-    }
-
-    func limitedDevices(_ asid: String) throws -> Int {
-        try limited_.first({ $0.add(asid) }) { Int($0.int(0)) } ?? 0
-    }
-
-    func mentioned(_ asid: String) throws -> Bool {
-        try mentioned_.first({ $0.add(asid) }) { _ in true } ?? false
-    }
-
-    func firstLogin(_ asid: String) throws -> EventKey? {
-        try firstLogin_.first({ $0.add(asid) }) { EventKey(at: $0.int(0), eventID: $0.string(1)) }
-    }
-
-    func keys(_ asid: String) throws -> [String] {
-        var keys: [String] = []
-        try keys_.each({ $0.add(asid) }) { keys.append($0.string(0)) }
-        return keys
-    }
-
-    func holders(_ key: String) throws -> [String] {
-        var asids: [String] = []
-        try holders_.each({ $0.add(key) }) { asids.append($0.string(0)) }
-        return asids
-    }
-
-    func holderCount(_ key: String) throws -> Int {
-        try count_.first({ $0.add(key) }) { Int($0.int(0)) } ?? 0
-    }
+    func lastLogin(_ asid: String) throws -> (key: EventKey, limited: Bool)? { try access.last(asid) }
+    func limitedDevices(_ asid: String) throws -> Int { try devices.limitedHolds(of: asid) }
+    func mentioned(_ asid: String) throws -> Bool { try friends.isMentioned(asid) }
+    func firstLogin(_ asid: String) throws -> EventKey? { try identities.firstLogin(asid) }
+    func keys(_ asid: String) throws -> [String] { try identities.keys(of: asid) }
+    func holders(_ key: String) throws -> [String] { try identities.asids(of: key) }
+    func holderCount(_ key: String) throws -> Int { try identities.linkKey(key)?.asids ?? 0 }
 }
 
 /// The feed a log makes from its start (what a replay decides), for checks: folds the facts

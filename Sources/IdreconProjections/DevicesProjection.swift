@@ -134,7 +134,7 @@ enum DevicesProjection: Projection {
     /// Binding and decoding of `devices` and `limited_spans` rows: the only place that
     /// lists their columns.
     struct Rows {
-        private let loadDevice, insertDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans: BulkStatement
+        private let loadDevice, insertDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans, limitedHolds_: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadDevice = try BulkStatement(cached: db, """
@@ -164,6 +164,12 @@ enum DevicesProjection: Projection {
                 ON CONFLICT (app_id, device_id, from_at, from_event) DO UPDATE SET to_at = excluded.to_at, to_event = excluded.to_event
                 """)
             deleteSpans = try BulkStatement(cached: db, "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?")
+            limitedHolds_ = try BulkStatement(cached: db, "SELECT count(*) FROM \(t.devices) WHERE asid = ? AND mode = 'limited'")
+        }
+
+        /// How many devices hold `asid` in limited mode now.
+        func limitedHolds(of asid: String) throws -> Int {
+            try limitedHolds_.first({ $0.add(asid) }) { Int($0.int(0)) } ?? 0
         }
 
         func load(_ app: String, _ device: String) throws -> DeviceState? {

@@ -132,7 +132,7 @@ enum FriendsProjection: Projection {
 
     /// Binding and decoding of `friend_snapshots`, `friend_edges` and `friend_mentions` rows.
     struct Rows {
-        private let loadSnapshot, insertSnapshot, updateSnapshot, setSides_, unnameEdge_, dropEdge_, mention_: BulkStatement
+        private let loadSnapshot, insertSnapshot, updateSnapshot, setSides_, unnameEdge_, dropEdge_, mention_, isMentioned_: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadSnapshot = try BulkStatement(cached: db, """
@@ -164,7 +164,11 @@ enum FriendsProjection: Projection {
                 ON CONFLICT(asid) DO UPDATE SET first_at = excluded.first_at, first_event = excluded.first_event
                 WHERE excluded.first_at < first_at OR (excluded.first_at = first_at AND excluded.first_event < first_event)
                 """)
+            isMentioned_ = try BulkStatement(cached: db, "SELECT 1 FROM \(t.mentions) WHERE asid = ?")
         }
+
+        /// Whether a friend list has named `asid`.
+        func isMentioned(_ asid: String) throws -> Bool { try isMentioned_.first({ $0.add(asid) }) { _ in true } ?? false }
 
         func snapshot(_ asid: String) throws -> FriendSnapshot? {
             try loadSnapshot.first({ $0.add(asid) }) { row in

@@ -222,7 +222,7 @@ enum IdentitiesProjection: Projection {
     /// Binding and decoding of `asids`, `asid_keys` and `link_keys` rows.
     struct Rows {
         private let loadMember, insertMember, moveFirst, loadLink, insertLink_, moveLink_, loadKey, saveKey, asidsOfKey,
-            keysOfASID, loadIdentity, setUser_: BulkStatement
+            keysOfASID, allKeysOfASID, loadIdentity, setUser_: BulkStatement
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadMember = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
@@ -238,6 +238,7 @@ enum IdentitiesProjection: Projection {
                 SELECT k.key FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key WHERE k.asid = ? AND l.ambiguous = 0
                 """)
             loadIdentity = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event, user_id FROM \(t.asids) WHERE asid = ?")
+            allKeysOfASID = try BulkStatement(cached: db, "SELECT key FROM \(t.asidKeys) WHERE asid = ?")
             setUser_ = try BulkStatement(cached: db, "UPDATE \(t.asids) SET user_id = ? WHERE asid = ?")
         }
 
@@ -286,6 +287,13 @@ enum IdentitiesProjection: Projection {
         func asids(of key: String) throws -> [String] {
             var result: [String] = []
             try asids(of: key) { result.append($0) }
+            return result
+        }
+
+        /// Every key `asid` logged in with, ambiguous or not.
+        func keys(of asid: String) throws -> [String] {
+            var result: [String] = []
+            try allKeysOfASID.each({ $0.add(asid) }) { result.append($0.string(0)) }
             return result
         }
 
