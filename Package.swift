@@ -125,7 +125,7 @@ let package = Package(
         .testTarget(
             name: "IdreconStoreTests",
             dependencies: [
-                "IdreconStore", "IdreconProjections", "IdreconIngest", "EventGenerator",
+                "IdreconStore", "IdreconProjections", "IdreconIngest", "EventGenerator", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

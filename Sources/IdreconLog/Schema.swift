@@ -314,6 +314,26 @@ package enum Schema {
                 ) STRICT;
                 """)
         }
+        migrator.registerMigration("v10-projection-cursors") { db in
+            // Each projection's own position in the log, so that a new projection builds
+            // itself from the log without rebuilding the others (README, "Projections"); the
+            // four of this version are where `projection_meta` says. `tables` names a
+            // projection's reader views, for a replay by a writer that does not register it.
+            try db.execute(sql: """
+                CREATE TABLE projection_cursors (
+                    name        TEXT PRIMARY KEY,
+                    applied_seq INTEGER NOT NULL CHECK (applied_seq >= 0),
+                    tables      TEXT NOT NULL CHECK (tables <> '')
+                ) STRICT;
+
+                INSERT INTO projection_cursors (name, applied_seq, tables)
+                SELECT column1, (SELECT applied_seq FROM projection_meta WHERE id = 1), column2 FROM (VALUES
+                    ('devices', 'devices,limited_spans'),
+                    ('identities', 'asids,asid_keys,link_keys'),
+                    ('friends', 'friend_snapshots,friend_edges,friend_mentions'),
+                    ('access', 'asid_last_logins,asid_limited_spans'));
+                """)
+        }
         return migrator
     }
 }

@@ -11,6 +11,8 @@ import IdreconLog
 /// access at any time with one seek each, whatever the size of the log (`access --as-of`,
 /// `export access`, `audit calls`).
 enum AccessProjection: Projection {
+    static let name = "access"
+    static let bulk = BulkBuild.scan
     static let tables = [
         (name: "asid_last_logins", primaryKey: "asid"),
         (name: "asid_limited_spans", primaryKey: "asid, from_at, from_event"),

@@ -29,7 +29,7 @@ package enum ChangeFeedTables {
     /// about events folded before it existed). Returns the feed's state.
     package static func enable(_ db: Database, topic: String) throws -> State {
         if let state = try state(db) { return state }
-        let applied = try ProjectionState.load(db).appliedSeq
+        let applied = try ProjectionState.load(db, registry: .standard).appliedSeq
         try db.execute(sql: """
             INSERT INTO change_feed (id, topic, feed_id, decided_seq, last_change, sent_change) VALUES (1, ?, ?, ?, 0, 0)
             """, arguments: [topic, UUID().uuidString.lowercased(), applied])
@@ -137,6 +137,6 @@ package enum FeedFromLog {
     package static func feed(_ db: Database) throws -> [FeedChange] {
         var facts: [ProjectionFact] = []
         try BulkStatement(cached: db, "SELECT \(ProjectionFact.selectColumns) FROM events ORDER BY seq").each { facts.append(ProjectionFact($0)) }
-        return try feed(of: facts, config: try ProjectionState.load(db).config)
+        return try feed(of: facts, config: try ProjectionState.load(db, registry: .standard).config)
     }
 }

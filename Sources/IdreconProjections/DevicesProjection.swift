@@ -8,6 +8,8 @@ import IdreconLog
 /// time (`Fold`); a transaction whose facts all follow the stored state continues it, one
 /// with an older fact (a late event) folds the device again from the log.
 enum DevicesProjection: Projection {
+    static let name = "devices"
+    static let bulk = BulkBuild.scan
     static let tables = [
         (name: "devices", primaryKey: "app_id, device_id"),
         (name: "limited_spans", primaryKey: "app_id, device_id, from_at, from_event"),

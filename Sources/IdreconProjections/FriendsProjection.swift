@@ -8,6 +8,8 @@ import IdreconLog
 /// (`friend_edges`, with which side names it), and every ASID named in a friend list with
 /// its earliest mention (`friend_mentions`).
 enum FriendsProjection: Projection {
+    static let name = "friends"
+    static let bulk = BulkBuild.scan
     static let tables = [
         (name: "friend_snapshots", primaryKey: "asid"),
         (name: "friend_edges", primaryKey: "a, b"),

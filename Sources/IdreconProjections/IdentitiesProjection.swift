@@ -9,6 +9,8 @@ import IdreconLog
 /// and counts, so facts fold in any order; components are recomputed for the ASIDs whose
 /// links, keys' ambiguity or first login changed.
 enum IdentitiesProjection: Projection {
+    static let name = "identities"
+    static let bulk = BulkBuild.scan
     static let tables = [
         (name: "asids", primaryKey: "asid"),
         (name: "asid_keys", primaryKey: "asid, key"),
@@ -173,15 +175,7 @@ enum IdentitiesProjection: Projection {
         }
         var index: [String: Int32] = [:]
         var names: [String] = []
-        var parent: [Int32] = []
-        func find(_ i: Int32) -> Int32 {
-            var i = i
-            while parent[Int(i)] != i {
-                parent[Int(i)] = parent[Int(parent[Int(i)])]
-                i = parent[Int(i)]
-            }
-            return i
-        }
+        var components = IdentityRules.Components()
         var previousKey = "", previous: Int32 = -1
         try BulkStatement(db, """
             SELECT k.key, k.asid FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key
@@ -192,23 +186,18 @@ enum IdentitiesProjection: Projection {
             if let known = index[asid] {
                 i = known
             } else {
-                i = Int32(names.count)
+                i = components.add()
                 index[asid] = i
                 names.append(asid)
-                parent.append(i)
             }
-            if key.sameBytes(as: previousKey) {
-                let (a, b) = (find(previous), find(i))
-                if a != b { parent[Int(max(a, b))] = min(a, b) }
-            }
+            if key.sameBytes(as: previousKey) { components.join(previous, i) }
             (previousKey, previous) = (key, i)
         }
-        var components: [Int32: [Int32]] = [:]
-        for i in parent.indices { components[find(Int32(i)), default: []].append(Int32(i)) }
+        let groups = components.groups()
         let rows = try Rows(db, t)
-        for root in components.keys.sorted() where components[root]!.count > 1 {
+        for root in groups.keys.sorted() {
             var members: [(asid: String, firstLogin: EventKey)] = []
-            for i in components[root]! {
+            for i in groups[root]! {
                 let asid = names[Int(i)]
                 if let first = try rows.firstLogin(asid) { members.append((asid, first)) }
             }

@@ -4,14 +4,17 @@ import IdreconLog
 
 /// One projection of the log. A conforming type owns its tables (DDL, secondary indexes,
 /// the order digests read them in, binding and decoding of their rows) and its fold. The
-/// live path folds the log after `applied_seq` in batches with `apply` (`catchUp`);
-/// replay's bulk load (`ProjectionBuilder`) writes the rows the same folds produce from a
-/// partition of the log.
+/// live path folds the log after the projection's cursor in batches with `apply`
+/// (`catchUp`); replay builds a new generation of its tables with its bulk hook (`bulk`).
 ///
-/// Adding a projection is one file conforming to this protocol plus its entry in
-/// `ProjectionEngine.projections`. The folds work on `ProjectionFact`s and domain types;
-/// only the table layer of each file speaks SQL, so a second store can implement it.
-protocol Projection: Sendable {
+/// Adding a projection is one file conforming to this protocol plus its entry in a
+/// `ProjectionRegistry` (`standard` for the `idrecon` command). A database that has not
+/// seen it yet builds it from the log when a writer opens it, without touching the others
+/// (`ProjectionCursors`). The folds work on `ProjectionFact`s and domain types; only the
+/// table layer of each file speaks SQL, so a second store can implement it.
+package protocol Projection: Sendable {
+    /// The projection's stable name: its row in `projection_cursors`.
+    static var name: String { get }
     /// The projection's tables (reader-view names) with their primary-key columns, in the
     /// order digests read rows in.
     static var tables: [(name: String, primaryKey: String)] { get }
@@ -23,22 +26,56 @@ protocol Projection: Sendable {
     /// touch: groups the facts by entity, reads the touched rows in key order, folds, and
     /// writes each changed row once, in key order.
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws
+    /// How replay builds the projection's tables of a new generation.
+    static var bulk: BulkBuild { get }
 }
 
-/// The registered projections, applied in this order (identities before friends: nothing
-/// depends on the order today, but it is fixed so that the writes are).
-package enum ProjectionEngine {
-    static let projections: [any Projection.Type] = [
+extension Projection {
+    package static var bulk: BulkBuild { .refold }
+}
+
+/// How replay builds a projection's new generation.
+package enum BulkBuild: Sendable {
+    /// Folded from replay's one scan of the log, partition by partition, with the rows
+    /// loaded in key order before the secondary indexes exist (`ProjectionBuilder`: the
+    /// built-in projections, whose folds it shares).
+    case scan
+    /// Folded with `apply` over the log's snapshot in chunks, each its own transaction, as
+    /// the live path folds it: a new projection needs nothing more than its fold.
+    case refold
+}
+
+/// The projections one database is folded into, applied in this order (identities before
+/// friends: nothing depends on the order today, but it is fixed so that the writes are).
+package struct ProjectionRegistry: Sendable {
+    package let projections: [any Projection.Type]
+
+    /// What the `idrecon` command folds.
+    package static let standard = ProjectionRegistry([
         DevicesProjection.self, IdentitiesProjection.self, FriendsProjection.self, AccessProjection.self,
-    ]
+    ])
 
-    static let tableNames: [String] = projections.flatMap { $0.tables.map(\.name) }
+    package init(_ projections: [any Projection.Type]) {
+        precondition(Set(projections.map { $0.name }).count == projections.count, "projection names must be unique")
+        self.projections = projections
+    }
 
-    static let primaryKeys: [String: String] = Dictionary(
-        uniqueKeysWithValues: projections.flatMap { $0.tables.map { ($0.name, $0.primaryKey) } })
+    /// This registry with `projection` registered last.
+    package func adding(_ projection: any Projection.Type) -> ProjectionRegistry {
+        ProjectionRegistry(projections + [projection])
+    }
 
-    /// Applies a batch of logged events to every projection.
-    static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
+    package var tableNames: [String] { projections.flatMap { $0.tables.map(\.name) } }
+
+    package func primaryKey(of table: String) -> String? {
+        for projection in projections { if let t = projection.tables.first(where: { $0.name == table }) { return t.primaryKey } }
+        return nil
+    }
+}
+
+package enum ProjectionEngine {
+    /// Applies a batch of logged events to `projections`.
+    static func apply(_ facts: [ProjectionFact], to projections: [any Projection.Type], in context: ProjectionContext) throws {
         guard !facts.isEmpty else { return }
         for projection in projections { try projection.apply(facts, in: context) }
     }
@@ -51,26 +88,30 @@ package enum ProjectionEngine {
     /// does not grow with the log.
     static let catchUpChunk = 200_000
 
-    /// Applies the logged events after `cursor` to `tables`, in chunks of `catchUpChunk`
-    /// in log order; returns the last sequence number applied (`cursor` when none) and the
-    /// events applied. A chunk's refolds see the log up to the chunk's end only.
+    /// Applies the logged events after `cursor` (up to `last`) to `projections` (all of
+    /// the registry's by default) in `tables`, in chunks of `catchUpChunk` in log order, at
+    /// most `chunks` of them; returns the last sequence number applied (`cursor` when none)
+    /// and the events applied. A chunk's refolds see the log up to the chunk's end only.
     /// `feed` decides each chunk's changes before it is folded (the live projections only).
     package static func catchUp(
-        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64, feed: ChangeFeedWriter? = nil
+        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64, through last: Int64 = .max,
+        projections: [any Projection.Type]? = nil, chunks: Int = .max, feed: ChangeFeedWriter? = nil
     ) throws -> (cursor: Int64, events: Int64) {
         var cursor = cursor, events: Int64 = 0
         let read = try BulkStatement(cached: db, """
-            SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? ORDER BY seq LIMIT \(catchUpChunk)
+            SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT \(catchUpChunk)
             """)
-        while true {
+        for _ in 0..<chunks {
             var facts: [ProjectionFact] = []
-            try read.each({ $0.add(cursor) }) { facts.append(ProjectionFact($0)) }
-            guard let last = facts.last?.seq else { return (cursor, events) }
+            try read.each({ $0.add(cursor); $0.add(last) }) { facts.append(ProjectionFact($0)) }
+            guard let end = facts.last?.seq else { break }
             try feed?.decide(facts, tables: tables, config: config)
-            try apply(facts, in: ProjectionContext(db: db, tables: tables, config: config, visibleSeq: last))
-            cursor = last
+            let context = ProjectionContext(db: db, tables: tables, config: config, visibleSeq: end)
+            try apply(facts, to: projections ?? tables.registry.projections, in: context)
+            cursor = end
             events += Int64(facts.count)
         }
+        return (cursor, events)
     }
 
     /// Brings the live projections up to the end of the log when they are at least
@@ -79,16 +120,22 @@ package enum ProjectionEngine {
     /// so that a catch-up folds one chunk of up to `catchUpChunk` events. (Waiting for a
     /// full chunk folded it plus a trailing chunk of the crossing transaction's events,
     /// which touched pages all over the tables a second time: 9 chunks for 1M events
-    /// instead of 6.) Returns the events applied.
+    /// instead of 6.) A registered projection that is behind the others (new to the
+    /// database, or left behind by a writer that does not register it) is brought level
+    /// with them first. Returns the events applied.
     @discardableResult
-    package static func catchUpLive(_ db: Database, ifBehindBy minimum: Int64? = 1, appended: Int = 0) throws -> Int64 {
+    package static func catchUpLive(
+        _ db: Database, registry: ProjectionRegistry, ifBehindBy minimum: Int64? = 1, appended: Int = 0
+    ) throws -> Int64 {
         // Asked once per appending transaction: two integers, and the state only when due.
         let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
         guard lag >= max(1, minimum ?? Int64(catchUpChunk - appended)) else { return 0 }
-        let state = try ProjectionState.load(db)
+        let state = try ProjectionState.load(db, registry: registry)
+        try ProjectionCursors.level(db, state)
         let feed = try ChangeFeedWriter(db, appliedSeq: state.appliedSeq)
         let (cursor, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq, feed: feed)
         try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [cursor])
+        try ProjectionCursors.advance(db, registry, to: cursor)
         try feed?.finish(decidedSeq: cursor)
         return events
     }
@@ -96,14 +143,14 @@ package enum ProjectionEngine {
 
 /// Where the projections of one transaction are read and written: a generation's tables
 /// on the writer's connection, the identity configuration, and how far the log is visible.
-struct ProjectionContext {
-    let db: Database
-    let tables: ProjectionTables
-    let config: IdentityConfig
+package struct ProjectionContext {
+    package let db: Database
+    package let tables: ProjectionTables
+    package let config: IdentityConfig
     let blocked: Set<String>
     /// Refolds read logged events up to this sequence number (replay's catch-up applies
     /// the log in chunks; a refold must not see later chunks).
-    let visibleSeq: Int64
+    package let visibleSeq: Int64
 
     init(db: Database, tables: ProjectionTables, config: IdentityConfig, visibleSeq: Int64 = .max) {
         self.db = db
@@ -117,19 +164,19 @@ struct ProjectionContext {
 /// What the projections need of one logged event, read from the `events` columns (no
 /// payload is parsed again).
 package struct ProjectionFact: Sendable {
-    var seq: Int64
-    var key: EventKey
-    var appID: String
-    var deviceID: String
-    var type: EventType
-    var tracking: Tracking?
-    var asid: String?
-    var linkEmail: String?
-    var linkTFB: String?
+    package var seq: Int64
+    package var key: EventKey
+    package var appID: String
+    package var deviceID: String
+    package var type: EventType
+    package var tracking: Tracking?
+    package var asid: String?
+    package var linkEmail: String?
+    package var linkTFB: String?
     /// The friend list as logged (ASIDs joined by ','; `StoredFriendList`), nil when absent:
     /// split only where it is used, so that a catch-up chunk's facts stay small.
-    var friends: String?
-    var declinesFriends: Bool
+    package var friends: String?
+    package var declinesFriends: Bool
 
     /// Reads the columns `selectColumns` names, in that order.
     init(_ row: BulkStatement.Reader) {

@@ -9,16 +9,26 @@ import Crypto
 package struct ProjectionTables: Sendable {
     /// 0 names the reader views.
     package let generation: Int
+    /// The projections whose tables these are.
+    package let registry: ProjectionRegistry
 
-    package init(generation: Int) { self.generation = generation }
+    package init(generation: Int, registry: ProjectionRegistry) {
+        (self.generation, self.registry) = (generation, registry)
+    }
 
-    package static let views = ProjectionTables(generation: 0)
+    /// The reader views of the built-in projections, which queries and exports read.
+    package static let views = ProjectionTables(generation: 0, registry: .standard)
+
     private var suffix: String { generation == 0 ? "" : "_g\(generation)" }
 
-    package static let names = ProjectionEngine.tableNames
-    /// The tables a bulk load completes (`IdentitiesProjection.finishBulk` adds `link_keys`
-    /// and the `asids`' identities).
-    package static let loadedNames = names.filter { $0 != "asids" && $0 != "link_keys" }
+    /// The reader-view names of every registered projection's tables.
+    package var names: [String] { registry.tableNames }
+    /// The tables replay's scan loads (`IdentitiesProjection.finishBulk` adds `link_keys`
+    /// and the `asids`' identities afterwards).
+    package var loadedNames: [String] {
+        registry.projections.filter { $0.bulk == .scan }.flatMap { $0.tables.map(\.name) }
+            .filter { $0 != "asids" && $0 != "link_keys" }
+    }
 
     package var devices: String { "devices" + suffix }
     package var spans: String { "limited_spans" + suffix }
@@ -31,46 +41,57 @@ package struct ProjectionTables: Sendable {
     package var lastLogins: String { "asid_last_logins" + suffix }
     package var asidSpans: String { "asid_limited_spans" + suffix }
 
-    /// Creates the tables only; a bulk load adds the secondary indexes afterwards.
-    package func createTables(_ db: Database) throws {
+    /// The name of `table` (a reader-view name) in this generation.
+    package func name(_ table: String) -> String { table + suffix }
+
+    /// Creates the tables of `projections` (every registered one by default). The
+    /// secondary indexes of those replay's scan loads come after loading (`createIndexes`);
+    /// the others' are created with their tables, since they are folded row by row.
+    package func createTables(_ db: Database, of projections: [any Projection.Type]? = nil) throws {
         precondition(generation > 0)
-        for projection in ProjectionEngine.projections { try db.execute(sql: projection.createTables(generation: generation)) }
+        for projection in projections ?? registry.projections {
+            try db.execute(sql: projection.createTables(generation: generation))
+            if projection.bulk == .refold { try db.execute(sql: projection.createIndexes(generation: generation)) }
+        }
     }
 
+    /// The secondary indexes of the projections replay's scan loads.
     package func createIndexes(_ db: Database) throws {
         precondition(generation > 0)
-        for projection in ProjectionEngine.projections { try db.execute(sql: projection.createIndexes(generation: generation)) }
+        for projection in registry.projections where projection.bulk == .scan {
+            try db.execute(sql: projection.createIndexes(generation: generation))
+        }
     }
 
-    /// Primary-key columns of each table, in order: the order digests read rows in.
-    package static let primaryKeys = ProjectionEngine.primaryKeys
-
-    /// Points the reader views at this generation.
-    package func publish(_ db: Database) throws {
-        for name in Self.names {
+    /// Points the reader views of `projections` (every registered one by default) at this
+    /// generation.
+    package func publish(_ db: Database, of projections: [any Projection.Type]? = nil) throws {
+        for name in (projections ?? registry.projections).flatMap({ $0.tables.map(\.name) }) {
             try db.execute(sql: "DROP VIEW IF EXISTS \(name)")
             try db.execute(sql: "CREATE VIEW \(name) AS SELECT * FROM \(name)_g\(generation)")
         }
     }
 
-    /// Drops this generation's tables. Their pages are zeroed only when `erasing` (they
-    /// hold data a forget erased): Debian's SQLite zeroes every freed page by default
-    /// (`secure_delete`), which wrote a whole generation again just to drop it.
-    package func drop(_ db: Database, erasing: Bool = false) throws {
+    /// Drops this generation's tables (`names`: the registered ones by default; their reader
+    /// views stay). Their pages are zeroed only when `erasing` (they hold data a forget
+    /// erased): Debian's SQLite zeroes every freed page by default (`secure_delete`), which
+    /// wrote a whole generation again just to drop it.
+    package func drop(_ db: Database, names: [String]? = nil, erasing: Bool = false) throws {
         let previous = try Int.fetchOne(db, sql: "PRAGMA secure_delete") ?? 0
         try db.execute(sql: "PRAGMA secure_delete = \(erasing ? "ON" : "FAST")")
         defer { try? db.execute(sql: "PRAGMA secure_delete = \(previous)") }
-        for name in Self.names { try db.execute(sql: "DROP TABLE IF EXISTS \(name)_g\(generation)") }
+        for name in names ?? self.names { try db.execute(sql: "DROP TABLE IF EXISTS \(name)_g\(generation)") }
     }
 }
 
 extension ProjectionTables {
-    /// SHA-256 of each projection table's (of `names`) full contents, in key order.
-    package static func digests(_ db: Database, tables: ProjectionTables, names: [String] = ProjectionTables.names) throws -> [String: String] {
+    /// SHA-256 of each projection table's (of `names`, every registered one by default) full
+    /// contents, in key order.
+    package static func digests(_ db: Database, tables: ProjectionTables, names: [String]? = nil) throws -> [String: String] {
         var result: [String: String] = [:]
-        for name in names {
-            let table = tables.generation == 0 ? name : "\(name)_g\(tables.generation)"
-            let order = ProjectionTables.primaryKeys[name]!
+        for name in names ?? tables.names {
+            let table = tables.name(name)
+            guard let order = tables.registry.primaryKey(of: name) else { preconditionFailure("\(name) is not registered") }
             var hasher = SHA256()
             var line: [UInt8] = []
             try BulkStatement(db, "SELECT * FROM \(table) ORDER BY \(order)").each { r in

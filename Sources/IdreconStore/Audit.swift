@@ -56,7 +56,7 @@ extension EventStore {
     /// SQLite's page cache).
     public func audit(_ calls: [GraphCall], policy: AuditPolicy) throws(IdreconError) -> [Violation] {
         try read { db in
-            let state = try ProjectionState.load(db)
+            let state = try ProjectionState.load(db, registry: projections)
             var violations: [(index: Int, violation: Violation)] = []
             let order = calls.indices.sorted { i, j in
                 calls[i].asid.sameBytes(as: calls[j].asid) ? i < j : calls[i].asid.bytesPrecede(calls[j].asid)

@@ -10,6 +10,8 @@ import IdreconProjections
 public final class EventStore: Sendable {
     public let path: String
     let pool: DatabasePool
+    /// The projections this store folds the log into.
+    package let projections: ProjectionRegistry
 
     /// Page cache per connection. 64 MB was no faster than 32 MB at 1M events (ingest 33–46 s
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
@@ -17,8 +19,17 @@ public final class EventStore: Sendable {
 
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
     /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.
-    public init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(IdreconError) {
+    public convenience init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(IdreconError) {
+        try self.init(path: path, readOnly: readOnly, skipPendingRebuild: skipPendingRebuild, projections: .standard)
+    }
+
+    /// Opens the database folding `projections`: a writer builds a registered projection
+    /// the database has not seen from the log before returning (`ProjectionCursors`).
+    package init(
+        path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false, projections: ProjectionRegistry
+    ) throws(IdreconError) {
         self.path = path
+        self.projections = projections
         var config = Configuration()
         config.readonly = readOnly
         config.busyMode = .timeout(30)
@@ -74,8 +85,19 @@ public final class EventStore: Sendable {
         }
         // An erasure whose rebuild did not complete is finished by the next writer (after
         // the open lock: a replay takes a while).
+        if !readOnly { try levelProjections() }
         withExtendedLifetime(openLock) {}
         if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
+    }
+
+    /// Builds the registered projections the database lacks, and brings level those another
+    /// writer left behind: one catch-up chunk per transaction, so a kill loses only the
+    /// chunk being folded and the next writer goes on from there.
+    private func levelProjections() throws(IdreconError) {
+        guard try !read({ db in try ProjectionState.load(db, registry: projections).isLevel }) else { return }
+        while try !write({ db in
+            try ProjectionCursors.level(db, try ProjectionState.load(db, registry: projections), chunks: 1)
+        }) {}
     }
 
     /// Whether `path` is the database at `databasePath` or one of its `-wal`/`-shm` files
@@ -157,7 +179,7 @@ public final class EventStore: Sendable {
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
-            return (total, try ProjectionEngine.catchUpLive(db, ifBehindBy: projectionLag.map(Int64.init), appended: total.appended))
+            return (total, try ProjectionEngine.catchUpLive(db, registry: projections, ifBehindBy: projectionLag.map(Int64.init), appended: total.appended))
         }
     }
 
@@ -167,7 +189,7 @@ public final class EventStore: Sendable {
     /// this when their source is drained, when idle, and before they stop.
     @discardableResult
     public func catchUpProjections() throws(IdreconError) -> Int64 {
-        try write { db in try ProjectionEngine.catchUpLive(db) }
+        try write { db in try ProjectionEngine.catchUpLive(db, registry: projections) }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {

@@ -78,6 +78,6 @@ extension EventStore {
 
     /// Digests of the live projections.
     public func projectionDigests() throws(IdreconError) -> [String: String] {
-        try read { db in try ProjectionTables.digests(db, tables: .views) }
+        try read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: 0, registry: projections)) }
     }
 }

@@ -182,34 +182,37 @@ extension EventStore {
     public func explain(_ a: String, _ b: String) throws(IdreconError) -> [LinkHop]? {
         try read { db in
             guard try Int.fetchOne(db, sql: "SELECT 1 FROM asids WHERE asid = ?", arguments: [a]) != nil else { return nil }
-            if a == b { return [] }
+            if a.sameBytes(as: b) { return [] }
             let keysOf = try db.cachedStatement(sql: """
                 SELECT k.key, k.first_event FROM asid_keys k JOIN link_keys l ON l.key = k.key WHERE k.asid = ? AND l.ambiguous = 0 ORDER BY k.key
                 """)
             let asidsOf = try db.cachedStatement(sql: "SELECT asid, first_event FROM asid_keys WHERE key = ? ORDER BY asid")
+            // The event that first linked each (ASID, key) the search reads: the hops' evidence.
+            var linkedBy: [String: [String: String]] = [:]
             var previous: [String: LinkHop] = [:]
-            var seen: Set<String> = [a], seenKeys: Set<String> = []
-            var frontier = [a]
-            while !frontier.isEmpty, previous[b] == nil {
-                var next: [String] = []
-                for asid in frontier {
-                    for keyRow in try Row.fetchAll(keysOf, arguments: [asid]) {
-                        let key: String = keyRow["key"]
-                        guard seenKeys.insert(key).inserted else { continue }
-                        for other in try Row.fetchAll(asidsOf, arguments: [key]) {
-                            let o: String = other["asid"]
-                            guard seen.insert(o).inserted else { continue }
-                            previous[o] = LinkHop(from: asid, to: o, key: key, fromEvent: keyRow["first_event"], toEvent: other["first_event"])
-                            next.append(o)
-                        }
+            _ = try IdentityRules.component(
+                of: a,
+                keysOf: { asid in
+                    try Row.fetchAll(keysOf, arguments: [asid]).map { row in
+                        linkedBy[row["key"], default: [:]][asid] = row["first_event"]
+                        return row["key"]
                     }
-                }
-                frontier = next
-            }
+                },
+                asidsOf: { key in
+                    try Row.fetchAll(asidsOf, arguments: [key]).map { row in
+                        linkedBy[key, default: [:]][row["asid"]] = row["first_event"]
+                        return row["asid"]
+                    }
+                },
+                reached: { asid, from, key in
+                    previous[asid] = LinkHop(from: from, to: asid, key: key, fromEvent: linkedBy[key]?[from] ?? "",
+                                             toEvent: linkedBy[key]?[asid] ?? "")
+                    return !asid.sameBytes(as: b)
+                })
             guard previous[b] != nil else { return nil }
             var chain: [LinkHop] = []
             var cursor = b
-            while cursor != a, let hop = previous[cursor] {
+            while !cursor.sameBytes(as: a), let hop = previous[cursor] {
                 chain.append(hop)
                 cursor = hop.from
             }
@@ -275,27 +278,23 @@ extension EventStore {
                 }
             }
             links.sort { $0.key != $1.key ? $0.key < $1.key : ($0.asid, $0.linkKey) < ($1.asid, $1.linkKey) }
-            // Union-find over ASIDs; a group's user ID is its member with the earliest first login.
-            var parent: [String: String] = [:]
-            func find(_ a: String) -> String {
-                var root = a
-                while let p = parent[root], p != root { root = p }
-                return root
-            }
-            func userOf(_ root: String) -> String {
-                let group = first.keys.filter { find($0) == root }
+            // A group's user ID is its member with the earliest first login.
+            var components = IdentityRules.Components()
+            var number: [String: Int32] = [:]
+            for asid in first.keys.sorted() { number[asid] = components.add() }
+            func userOf(_ root: Int32) -> String {
+                let group = first.keys.filter { components.root(number[$0]!) == root }
                 return IdentityRules.userID(members: group.map { ($0, first[$0]!) })
             }
             var keyOwner: [String: String] = [:]
             var steps: [MergeStep] = []
             for link in links {
-                if parent[link.asid] == nil { parent[link.asid] = link.asid }
                 guard let other = keyOwner[link.linkKey] else { keyOwner[link.linkKey] = link.asid; continue }
-                let (a, b) = (find(link.asid), find(other))
+                let (a, b) = (components.root(number[link.asid]!), components.root(number[other]!))
                 guard a != b else { continue }
                 let (ua, ub) = (userOf(a), userOf(b))
                 let (into, absorbed) = first[String(ua.dropFirst(2))]! < first[String(ub.dropFirst(2))]! ? (ua, ub) : (ub, ua)
-                parent[a] = b
+                components.join(a, b)
                 steps.append(MergeStep(at: link.key.at, event: link.key.eventID, key: link.linkKey, absorbed: absorbed, into: into))
             }
             return steps

@@ -51,23 +51,23 @@ extension EventStore {
         config newConfig: IdentityConfig?, verifyOnly: Bool, partitionSize: Int, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
         // The live projections, caught up first, are what the rebuilt ones are compared with.
-        try pool.write { db in _ = try ProjectionEngine.catchUpLive(db) }
+        try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) }
         var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
         for snapshot in [snapshots!.0, snapshots!.1] {
             // The scan reads each page once: a big page cache would only cost memory.
             try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
         }
         let (seen, total) = try snapshots!.0.read { db in
-            (try LogVersion(db), try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
+            (try LogVersion(db, projections), try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0)
         }
         let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
-            let state = try ProjectionState.load(db)
-            let next = ProjectionTables(generation: state.generation + 1)
+            let state = try ProjectionState.load(db, registry: projections)
+            let next = ProjectionTables(generation: state.generation + 1, registry: projections)
             try next.drop(db) // leftovers of an interrupted replay
             try next.createTables(db)
             return (next.generation, newConfig ?? state.config)
         }
-        let tables = ProjectionTables(generation: generation)
+        let tables = ProjectionTables(generation: generation, registry: projections)
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize, lastSeq: seen.lastSeq)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory)
@@ -78,16 +78,28 @@ extension EventStore {
         // transaction would keep the WAL from being checkpointed).
         let held = Handoff(snapshots!.0)
         snapshots = nil
-        let liveDigests = Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation)) } }
+        let liveDigests = Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation, registry: self.projections)) } }
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
         let liveAtSnapshot = try liveDigests.result().get()
         let (_, loaded) = try concurrently(
             { try pool.write { db in try builder.finish(db) } },
-            { try self.digestsOnReader(tables, names: ProjectionTables.loadedNames) })
+            { try self.digestsOnReader(tables, names: tables.loadedNames) })
+        // Projections without a bulk load are folded as the live ones are, a chunk per transaction.
+        let refolds = projections.projections.filter { $0.bulk == .refold }
+        var refolded: Int64 = 0
+        while !refolds.isEmpty, refolded < seen.lastSeq {
+            let next = try pool.write { db in
+                try ProjectionEngine.catchUp(
+                    db, tables: tables, config: config, after: refolded, through: seen.lastSeq, projections: refolds, chunks: 1
+                ).cursor
+            }
+            guard next > refolded else { break }
+            refolded = next
+        }
 
         // Catch up with events appended since the snapshot, then swap, atomically.
         let report = try pool.write { db -> ReplayReport? in
-            let now = try LogVersion(db)
+            let now = try LogVersion(db, projections)
             guard now.forgotten == seen.forgotten else {
                 try tables.drop(db, erasing: true) // folded from events a forget has since scrubbed
                 return nil
@@ -96,18 +108,18 @@ extension EventStore {
             let done = total + caughtUpEvents
             // A writer's write-behind may have left the live projections behind the log:
             // they are compared as they are once caught up.
-            let liveLagged = try ProjectionEngine.catchUpLive(db) > 0
-            let state = try ProjectionState.load(db)
+            let liveLagged = try ProjectionEngine.catchUpLive(db, registry: projections) > 0
+            let state = try ProjectionState.load(db, registry: projections)
             // What changed since the digests above is digested again. The live tables cannot
             // change while this transaction holds the write lock, so a reader digests them
             // on the other core (unless this transaction changed them).
             let caughtUp = cursor != seen.lastSeq
-            let rebuiltNames = caughtUp ? ProjectionTables.names : ProjectionTables.names.filter { loaded[$0] == nil }
+            let rebuiltNames = caughtUp ? tables.names : tables.names.filter { loaded[$0] == nil }
             let (rest, liveNow) = liveLagged
                 ? (try ProjectionTables.digests(db, tables: tables, names: rebuiltNames), try ProjectionTables.digests(db, tables: state.tables))
                 : try concurrently(
                     { try ProjectionTables.digests(db, tables: tables, names: rebuiltNames) },
-                    { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: ProjectionTables.names) })
+                    { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: tables.names) })
             let rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
             var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: liveNow, swapped: false)
             if verifyOnly {
@@ -117,7 +129,16 @@ extension EventStore {
                 try db.execute(sql: "UPDATE projection_meta SET generation = ?, config = ?, applied_seq = ?",
                                arguments: [generation, configJSON, cursor])
                 try tables.publish(db)
-                try state.tables.drop(db, erasing: try Self.rebuildPending(db))
+                try ProjectionCursors.advance(db, projections, to: cursor)
+                let erasing = try Self.rebuildPending(db)
+                // A projection this writer does not register is not rebuilt: its tables go, and
+                // a writer that registers it builds it again from the log.
+                for other in try state.unregistered(db) {
+                    try state.tables.drop(db, names: other.tables, erasing: erasing)
+                    for view in other.tables { try db.execute(sql: "DROP VIEW IF EXISTS \(view)") }
+                    try db.execute(sql: "DELETE FROM projection_cursors WHERE name = ?", arguments: [other.name])
+                }
+                try state.tables.drop(db, erasing: erasing)
                 try db.execute(sql: "DELETE FROM pending_rebuild")
                 report.swapped = true
             }
@@ -161,9 +182,9 @@ private struct LogVersion: Equatable {
     /// ASIDs forgotten and events scrubbed so far: a forget rewrites logged events.
     var forgotten: [Int64]
 
-    init(_ db: Database) throws {
+    init(_ db: Database, _ registry: ProjectionRegistry) throws {
         lastSeq = try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events") ?? 0
-        let state = try ProjectionState.load(db)
+        let state = try ProjectionState.load(db, registry: registry)
         (appliedSeq, generation) = (state.appliedSeq, state.generation)
         let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(events), 0), coalesce(max(forgotten_at), 0) FROM forgotten")!
         forgotten = [row[0], row[1], row[2]]

@@ -47,20 +47,73 @@ public enum KeyAmbiguity: Int, Sendable, Codable {
     public var label: String { self == .blocklisted ? "blocklisted" : "shared by too many ASIDs" }
 }
 
+/// Identity components: ASIDs connected through linking keys (keys that are not
+/// ambiguous). The one place they are computed: `component(of:)` searches from one ASID
+/// over keys read on demand (the live fold, the change feed, `audit calls`, `explain`);
+/// `Components` joins ASIDs key by key (replay's bulk build, a merge history).
 public enum IdentityRules {
-    /// The connected component of `start` over linking keys.
+    /// The connected component of `start` over linking keys, searched breadth-first: keys in
+    /// the order `keysOf` gives them, the ASIDs holding each in the order `asidsOf` does, so
+    /// each ASID is first reached over a shortest path. `reached(asid, from, key)` is told of
+    /// each ASID as it is first reached (`from` holds `key` too) and returns false to stop.
     public static func component(
-        of start: String, keysOf: (String) throws -> [String], asidsOf: (String) throws -> [String]
+        of start: String, keysOf: (String) throws -> [String], asidsOf: (String) throws -> [String],
+        reached: (_ asid: String, _ from: String, _ key: String) throws -> Bool = { _, _, _ in true }
     ) rethrows -> Set<String> {
         var seen: Set<String> = [start]
         var seenKeys: Set<String> = []
-        var queue = [start]
-        while let asid = queue.popLast() {
+        var queue = [start], next = 0
+        while next < queue.count {
+            let asid = queue[next]
+            next += 1
             for key in try keysOf(asid) where seenKeys.insert(key).inserted {
-                for other in try asidsOf(key) where seen.insert(other).inserted { queue.append(other) }
+                for other in try asidsOf(key) where seen.insert(other).inserted {
+                    queue.append(other)
+                    guard try reached(other, asid, key) else { return seen }
+                }
             }
         }
         return seen
+    }
+
+    /// Components built by joining ASIDs (union-find with path halving over dense numbers).
+    public struct Components {
+        private var parent: [Int32] = []
+
+        public init() {}
+
+        /// A new ASID of its own component; its number.
+        public mutating func add() -> Int32 {
+            let id = Int32(parent.count)
+            parent.append(id)
+            return id
+        }
+
+        /// The representative of `id`'s component: its smallest number.
+        public mutating func root(_ id: Int32) -> Int32 {
+            var i = id
+            while parent[Int(i)] != i {
+                parent[Int(i)] = parent[Int(parent[Int(i)])]
+                i = parent[Int(i)]
+            }
+            return i
+        }
+
+        /// Joins the components of `a` and `b`; false when they were one already.
+        @discardableResult
+        public mutating func join(_ a: Int32, _ b: Int32) -> Bool {
+            let (x, y) = (root(a), root(b))
+            guard x != y else { return false }
+            parent[Int(max(x, y))] = min(x, y)
+            return true
+        }
+
+        /// Every component of more than one ASID, as members' numbers, by representative.
+        public mutating func groups() -> [Int32: [Int32]] {
+            var groups: [Int32: [Int32]] = [:]
+            for i in parent.indices { groups[root(Int32(i)), default: []].append(Int32(i)) }
+            return groups.filter { $0.value.count > 1 }
+        }
     }
 
     /// `u:` + the member whose earliest login is smallest.
