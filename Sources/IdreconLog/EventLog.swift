@@ -53,11 +53,7 @@ package enum EventLog {
         let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
         // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
         // and only when it changed nothing look up which key was taken.
-        let insertEvent = try BulkStatement(cached: db, """
-            INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce, payload,
-                device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-            """)
+        let insertEvent = try BulkStatement(cached: db, LoggedEvent.insertSQL)
         let insertQuarantine = try db.cachedStatement(sql: """
             INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -98,11 +94,11 @@ package enum EventLog {
             case let .success(e):
                 event = e
             }
-            var columns = record.columns ?? EventColumns(event)
+            var row = record.row ?? LoggedEvent(event)
             if forgotten.contains(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
                 switch EventValidator.validate(Array(clean.utf8)) {
                 case let .success(scrubbed):
-                    (event, columns) = (scrubbed, EventColumns(scrubbed))
+                    (event, row) = (scrubbed, LoggedEvent(scrubbed))
                 case let .failure(rejection):
                     try quarantine(record, rejection, eventID: event.eventID, raw: Array(clean.utf8))
                     continue
@@ -110,11 +106,7 @@ package enum EventLog {
             }
             let source = try sourceID(record.origin.source)
             try insertEvent.run {
-                $0.add(event.eventID); $0.add(event.type.rawValue); $0.add(event.occurredAt); $0.add(event.appID)
-                $0.add(event.deviceID); $0.add(event.asid); $0.add(event.type == .login ? event.tracking?.rawValue : nil)
-                $0.add(event.nonce); $0.add(event.canonicalPayload); $0.add(columns.deviceKey); $0.add(columns.asidKey)
-                $0.add(columns.linkEmail); $0.add(columns.linkTFB); $0.add(columns.friends); $0.add(columns.declinesFriends)
-                $0.add(source); $0.add(record.origin.position)
+                row.bind(&$0, nonce: event.nonce, payload: event.canonicalPayload, sourceID: source, position: record.origin.position)
             }
             let inserted = db.changesCount == 1
             if let id = record.quarantineID,
@@ -149,26 +141,6 @@ package enum EventLog {
     package static func bestEffortEventID(_ raw: [UInt8]) -> String? {
         guard raw.count < 1 << 20, let value = try? JSONParser.parse(raw), case let .string(id)? = value["event_id"] else { return nil }
         return String(id.prefix(128))
-    }
-}
-
-/// The derived columns of `events` for one event.
-package struct EventColumns: Sendable {
-    package var deviceKey: Int64
-    package var asidKey: Int64?
-    package var linkEmail: String?
-    package var linkTFB: String?
-    package var friends: String?
-    package var declinesFriends: Bool
-
-    package init(_ e: LoginEvent) {
-        deviceKey = StableHash.key(e.appID, e.deviceID)
-        asidKey = e.asid.map { StableHash.key($0) }
-        let login = e.type == .login
-        linkEmail = login ? e.email.map(LinkKey.email) : nil
-        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
-        friends = login ? e.friendASIDs?.joined(separator: ",") : nil
-        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
     }
 }
 

@@ -22,13 +22,13 @@ public struct IncomingRecord: Sendable {
     public var raw: [UInt8]
     public var origin: RecordOrigin
     public var validation: Result<LoginEvent, Rejection> {
-        didSet { columns = Self.columns(validation) }
+        didSet { row = Self.row(validation) }
     }
     /// Set when this record is a quarantine entry being retried.
     public var quarantineID: Int64?
-    /// The valid event's derived columns, computed where the record is validated (off
-    /// the single writer).
-    private(set) var columns: EventColumns?
+    /// The valid event's `events` row, computed where the record is validated (off the
+    /// single writer).
+    private(set) var row: LoggedEvent?
     /// The event ID of a record that is not kept whole (oversized), when one could be read.
     public private(set) var knownEventID: String?
 
@@ -51,8 +51,8 @@ public struct IncomingRecord: Sendable {
         knownEventID = eventID
     }
 
-    private static func columns(_ validation: Result<LoginEvent, Rejection>) -> EventColumns? {
-        if case let .success(event) = validation { return EventColumns(event) }
+    private static func row(_ validation: Result<LoginEvent, Rejection>) -> LoggedEvent? {
+        if case let .success(event) = validation { return LoggedEvent(event) }
         return nil
     }
 
@@ -62,7 +62,7 @@ public struct IncomingRecord: Sendable {
         self.origin = origin
         self.validation = validation
         self.quarantineID = quarantineID
-        columns = Self.columns(validation)
+        row = Self.row(validation)
     }
 }
 

@@ -190,7 +190,7 @@ enum AccessProjection: Projection {
         init(_ db: Database, _ t: ProjectionTables) throws {
             loggedLogins = try BulkStatement(cached: db, """
                 WITH RECURSIVE \(LogKeys.tiers)
-                SELECT occurred_at, event_id, tracking, app_id, device_id FROM events
+                SELECT \(LoggedEvent.selectColumns) FROM events
                 WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ? AND type = 'login' AND asid = ? AND seq <= ?
                 """)
             loadLast = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
@@ -233,8 +233,8 @@ enum AccessProjection: Projection {
         func logged(_ asid: String, upTo seq: Int64) throws -> [Login] {
             var logins: [Login] = []
             try loggedLogins.each({ $0.add(StableHash.key(asid)); $0.add(asid); $0.add(seq) }) { row in
-                logins.append(Login(key: EventKey(at: row.int(0), eventID: row.string(1)), limited: row.string(2) == "limited",
-                                    app: row.string(3), device: row.string(4)))
+                let event = LoggedEvent(row)
+                logins.append(Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID))
             }
             return logins
         }

@@ -136,7 +136,7 @@ package enum FeedFromLog {
     /// The feed of the whole log in `db`, from its start, with the projections' configuration.
     package static func feed(_ db: Database) throws -> [FeedChange] {
         var facts: [ProjectionFact] = []
-        try BulkStatement(cached: db, "SELECT \(ProjectionFact.selectColumns) FROM events ORDER BY seq").each { facts.append(ProjectionFact($0)) }
+        try BulkStatement(cached: db, "SELECT \(LoggedEvent.selectColumns) FROM events ORDER BY seq").each { facts.append(ProjectionFact($0)) }
         return try feed(of: facts, config: try ProjectionState.load(db, registry: .standard).config)
     }
 }

@@ -102,7 +102,7 @@ enum DevicesProjection: Projection {
         let rows = try Rows(context.db, context.tables)
         let refold = try BulkStatement(cached: context.db, """
             WITH RECURSIVE \(LogKeys.tiers)
-            SELECT occurred_at, event_id, type, tracking, asid FROM events
+            SELECT \(LoggedEvent.selectColumns) FROM events
             WHERE \(LogKeys.tierOfSeq) IN tier AND device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
             """)
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
@@ -115,9 +115,7 @@ enum DevicesProjection: Projection {
                 // transaction's events too).
                 var logged: [DeviceFact] = []
                 try refold.each({ $0.add(StableHash.key(app, id)); $0.add(app); $0.add(id); $0.add(context.visibleSeq) }) { row in
-                    logged.append(DeviceFact(
-                        key: EventKey(at: row.int(0), eventID: row.string(1)), type: row.string(2) == "logout" ? .logout : .login,
-                        tracking: row.optionalString(3).flatMap(Tracking.init), asid: row.optionalString(4)))
+                    logged.append(LoggedEvent(row).deviceFact)
                 }
                 logged.sort { $0.key < $1.key }
                 fold = Fold()

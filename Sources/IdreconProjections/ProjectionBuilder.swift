@@ -285,22 +285,15 @@ package struct ProjectionBuilder {
         _ db: Database, seqs: ClosedRange<Int64>, device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
     ) throws {
         try BulkStatement(db, """
-            SELECT device_key, asid_key, app_id, device_id, occurred_at, event_id, type, tracking, asid,
-                   link_email, link_tfb, friends, declines_friends
-            FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
+            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in
-            let key = EventKey(at: row.int(4), eventID: row.string(5))
-            let type: EventType = row.string(6) == "logout" ? .logout : .login
-            let asid = row.optionalString(8)
-            let tracking = row.optionalString(7).flatMap(Tracking.init(rawValue:))
-            let app = row.string(2), deviceID = row.string(3)
-            try device(DeviceRow(hash: row.int(0), app: app, device: deviceID,
-                                 fact: DeviceFact(key: key, type: type, tracking: tracking, asid: asid)))
-            guard type == .login, let asid, !row.isNull(1) else { return }
-            let limited = tracking == .limited
-            try login(LoginRow(asid: asid, key: key, limited: limited, app: limited ? app : "", device: limited ? deviceID : "",
-                                           email: row.optionalString(9), tfb: row.optionalString(10),
-                                           friends: row.optionalString(11), declinesFriends: row.int(12) == 1))
+            let event = LoggedEvent(row)
+            try device(DeviceRow(hash: event.deviceKey, app: event.appID, device: event.deviceID, fact: event.deviceFact))
+            guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
+            let limited = event.tracking == .limited
+            try login(LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
+                               device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
+                               friends: event.friends, declinesFriends: event.declinesFriends))
         }
     }
 

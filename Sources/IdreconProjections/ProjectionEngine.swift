@@ -99,7 +99,7 @@ package enum ProjectionEngine {
     ) throws -> (cursor: Int64, events: Int64) {
         var cursor = cursor, events: Int64 = 0
         let read = try BulkStatement(cached: db, """
-            SELECT \(ProjectionFact.selectColumns) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT \(catchUpChunk)
+            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT \(catchUpChunk)
             """)
         for _ in 0..<chunks {
             var facts: [ProjectionFact] = []
@@ -161,40 +161,11 @@ package struct ProjectionContext {
     }
 }
 
-/// What the projections need of one logged event, read from the `events` columns (no
-/// payload is parsed again).
-package struct ProjectionFact: Sendable {
-    package var seq: Int64
-    package var key: EventKey
-    package var appID: String
-    package var deviceID: String
-    package var type: EventType
-    package var tracking: Tracking?
-    package var asid: String?
-    package var linkEmail: String?
-    package var linkTFB: String?
-    /// The friend list as logged (ASIDs joined by ','; `StoredFriendList`), nil when absent:
-    /// split only where it is used, so that a catch-up chunk's facts stay small.
-    package var friends: String?
-    package var declinesFriends: Bool
+/// What the projections read of one logged event: its `events` row (`LoggedEvent`, where the
+/// columns are described; no payload is parsed again).
+package typealias ProjectionFact = LoggedEvent
 
-    /// Reads the columns `selectColumns` names, in that order.
-    init(_ row: BulkStatement.Reader) {
-        seq = row.int(0)
-        key = EventKey(at: row.int(2), eventID: row.string(1))
-        appID = row.string(3)
-        deviceID = row.string(4)
-        type = row.string(5) == "logout" ? .logout : .login
-        tracking = row.optionalString(6).flatMap(Tracking.init)
-        asid = row.optionalString(7)
-        linkEmail = row.optionalString(8)
-        linkTFB = row.optionalString(9)
-        friends = row.optionalString(10)
-        declinesFriends = row.int(11) == 1
-    }
-
-    static let selectColumns = "seq, event_id, occurred_at, app_id, device_id, type, tracking, asid, link_email, link_tfb, friends, declines_friends"
-
+extension LoggedEvent {
     var deviceFact: DeviceFact { DeviceFact(key: key, type: type, tracking: tracking, asid: asid) }
 }
 
