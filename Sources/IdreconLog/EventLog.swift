@@ -94,7 +94,7 @@ package enum EventLog {
             case let .success(e):
                 event = e
             }
-            var row = record.row ?? LoggedEvent(event)
+            var row = LoggedEvent(event, derived: record.derived)
             if forgotten.contains(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
                 switch EventValidator.validate(Array(clean.utf8)) {
                 case let .success(scrubbed):

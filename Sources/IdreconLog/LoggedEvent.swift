@@ -27,22 +27,40 @@ package struct LoggedEvent: Sendable {
     package var friends: String?
     package var declinesFriends: Bool
 
-    /// The row of a validated event (computed where it is validated, off the writer's thread).
-    package init(_ e: LoginEvent) {
+    /// The columns an event's fields do not hold as they are: computed where the event is
+    /// validated, off the writer's thread, and kept with the record until it is appended
+    /// (only these, not a whole row: a pipeline holds a few hundred thousand records).
+    package struct Derived: Sendable {
+        var deviceKey: Int64
+        var asidKey: Int64?
+        var linkEmail: String?
+        var linkTFB: String?
+        var friends: String?
+        var declinesFriends: Bool
+
+        package init(_ e: LoginEvent) {
+            let login = e.type == .login
+            deviceKey = StableHash.key(e.appID, e.deviceID)
+            asidKey = e.asid.map { StableHash.key($0) }
+            linkEmail = login ? e.email.map(LinkKey.email) : nil
+            linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
+            friends = login ? e.friendASIDs?.joined(separator: ",") : nil
+            declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
+        }
+    }
+
+    /// The row of a validated event, with its derived columns (`Derived(e)` when nil).
+    package init(_ e: LoginEvent, derived: Derived? = nil) {
+        let d = derived ?? Derived(e)
         seq = 0
         key = EventKey(at: e.occurredAt, eventID: e.eventID)
         appID = e.appID
         deviceID = e.deviceID
         type = e.type
-        let login = e.type == .login
-        tracking = login ? e.tracking : nil
+        tracking = e.type == .login ? e.tracking : nil
         asid = e.asid
-        deviceKey = StableHash.key(e.appID, e.deviceID)
-        asidKey = e.asid.map { StableHash.key($0) }
-        linkEmail = login ? e.email.map(LinkKey.email) : nil
-        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
-        friends = login ? e.friendASIDs?.joined(separator: ",") : nil
-        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
+        (deviceKey, asidKey, linkEmail, linkTFB, friends, declinesFriends) =
+            (d.deviceKey, d.asidKey, d.linkEmail, d.linkTFB, d.friends, d.declinesFriends)
     }
 
     /// What a `SELECT` of `selectColumns` reads.

@@ -22,13 +22,13 @@ public struct IncomingRecord: Sendable {
     public var raw: [UInt8]
     public var origin: RecordOrigin
     public var validation: Result<LoginEvent, Rejection> {
-        didSet { row = Self.row(validation) }
+        didSet { derived = Self.derived(validation) }
     }
     /// Set when this record is a quarantine entry being retried.
     public var quarantineID: Int64?
-    /// The valid event's `events` row, computed where the record is validated (off the
-    /// single writer).
-    private(set) var row: LoggedEvent?
+    /// The valid event's derived `events` columns, computed where the record is validated
+    /// (off the single writer).
+    private(set) var derived: LoggedEvent.Derived?
     /// The event ID of a record that is not kept whole (oversized), when one could be read.
     public private(set) var knownEventID: String?
 
@@ -51,8 +51,8 @@ public struct IncomingRecord: Sendable {
         knownEventID = eventID
     }
 
-    private static func row(_ validation: Result<LoginEvent, Rejection>) -> LoggedEvent? {
-        if case let .success(event) = validation { return LoggedEvent(event) }
+    private static func derived(_ validation: Result<LoginEvent, Rejection>) -> LoggedEvent.Derived? {
+        if case let .success(event) = validation { return LoggedEvent.Derived(event) }
         return nil
     }
 
@@ -62,7 +62,7 @@ public struct IncomingRecord: Sendable {
         self.origin = origin
         self.validation = validation
         self.quarantineID = quarantineID
-        row = Self.row(validation)
+        derived = Self.derived(validation)
     }
 }
 
