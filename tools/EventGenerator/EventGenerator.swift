@@ -40,6 +40,15 @@ public struct GeneratorConfig: Sendable {
     public var shuffleWindow = 64
     /// Persons in the population; default events / 20.
     public var persons: Int?
+    /// Event IDs: `ev-<seed>-<n>` (increasing, as a producer's counter makes them) or random
+    /// UUIDs (as many SDKs make them: they land all over the log's `event_id` index).
+    public var uuidEventIDs = false
+    /// Friend lists hold 0 to this many ASIDs.
+    public var maxFriends = 7
+    /// Each person uses 1 to this many devices per app.
+    public var maxDevicesPerApp = 3
+    /// Percent of devices (other than tvOS) whose user prefers Limited Login.
+    public var limitedPercent = 30
     /// Event time of the first event (UTC ms); default 2026-11-01T00:00:00Z.
     public var startMillis: Int64 = 1_793_491_200_000
     /// Reason codes the bad records cycle through.
@@ -180,7 +189,9 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         }
     }
 
-    private func devices(person: Int, app: Int) -> Int { Int(h(4, UInt64(person), UInt64(app)) % 3) + 1 }
+    private func devices(person: Int, app: Int) -> Int {
+        Int(h(4, UInt64(person), UInt64(app)) % UInt64(Swift.max(1, config.maxDevicesPerApp))) + 1
+    }
 
     private func platformOf(person: Int, app: Int, device: Int) -> Platform {
         let r = h(5, UInt64(person), UInt64(app), UInt64(device)) % 100
@@ -208,7 +219,7 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         let eventIndex = produced
         var fields: [(key: String, value: JSONValue)] = [
             ("schema", .string(LoginEvent.schemaName)),
-            ("event_id", .string("ev-\(config.seed)-\(eventIndex)")),
+            ("event_id", .string(config.uuidEventIDs ? uuid(eventIndex) : "ev-\(config.seed)-\(eventIndex)")),
             ("occurred_at", .string(timestamp(clock))),
             ("app_id", .string(Self.apps[app])),
             ("device_id", .string(deviceID)),
@@ -219,7 +230,7 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
             if rng.chance(0.5) { fields.append(("asid", .string(asid(person: person, app: app)))) }
             return fields
         }
-        let prefersLimited = platform != .tvos && h(7, UInt64(person), UInt64(app), UInt64(device)) % 100 < 30
+        let prefersLimited = platform != .tvos && h(7, UInt64(person), UInt64(app), UInt64(device)) % 100 < UInt64(config.limitedPercent)
         let limited = platform != .tvos && (rng.chance(0.03) ? !prefersLimited : prefersLimited)
         let me = asid(person: person, app: app)
         fields.append(("flow", .string(platform == .tvos ? Flow.deviceLogin.rawValue : (rng.chance(0.5) ? Flow.loginManager.rawValue : Flow.loginButton.rawValue))))
@@ -234,7 +245,7 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         }
         if rng.chance(0.5) {
             granted.append("user_friends")
-            let count = Int(rng.next() % 8)
+            let count = Int(rng.next() % UInt64(config.maxFriends + 1))
             var friends: [JSONValue] = []
             for _ in 0..<count {
                 let other = Int(rng.next() % UInt64(persons))
@@ -254,6 +265,18 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         }
         if rng.chance(0.02) { fields.append(("sdk_version", .string("17.0.\(rng.next() % 3)"))) } // unknown field, kept
         return fields
+    }
+
+    /// A version-4-shaped UUID derived from the seed and the event's number (no draw from
+    /// `rng`: the rest of the stream is the same whatever the IDs).
+    private func uuid(_ index: Int) -> String {
+        func hex(_ value: UInt64, _ digits: Int) -> String {
+            let text = String(value, radix: 16)
+            return String(repeating: "0", count: Swift.max(0, digits - text.count)) + text.suffix(digits)
+        }
+        let a = h(9, UInt64(index)), b = h(10, UInt64(index))
+        return "\(hex(a >> 32, 8))-\(hex((a >> 16) & 0xFFFF, 4))-4\(hex(a & 0xFFF, 3))-"
+            + "\(hex(0x8000 | (b >> 48) & 0x3FFF, 4))-\(hex(b & 0xFFFF_FFFF_FFFF, 12))"
     }
 
     /// RFC 3339 in a random but equivalent rendering (Z, an offset, milliseconds).

@@ -32,6 +32,18 @@ struct GenerateCommand: ParsableCommand {
     @Option(help: "Out-of-order window (events).")
     var shuffleWindow = 64
 
+    @Option(name: .customLong("event-ids"), help: "Event IDs: sequential (ev-<seed>-<n>) or uuid (random UUIDs).")
+    var eventIDs: EventIDStyle = .sequential
+
+    @Option(help: "Friend lists hold 0 to this many ASIDs.")
+    var maxFriends = 7
+
+    @Option(help: "Each person uses 1 to this many devices per app.")
+    var maxDevicesPerApp = 3
+
+    @Option(help: "Percent of devices (tvOS aside) whose user prefers Limited Login (0...100).")
+    var limitedPercent = 30
+
     @Option(help: "Output file (default: standard output).")
     var output: String?
 
@@ -44,6 +56,11 @@ struct GenerateCommand: ParsableCommand {
             throw ValidationError("fractions must be between 0 and 1")
         }
         guard shuffleWindow >= 1 else { throw ValidationError("--shuffle-window must be at least 1") }
+        guard maxFriends >= 0, maxFriends <= 5000 else { throw ValidationError("--max-friends must be between 0 and 5000") }
+        guard maxDevicesPerApp >= 1, maxDevicesPerApp <= 1000 else {
+            throw ValidationError("--max-devices-per-app must be between 1 and 1000")
+        }
+        guard (0...100).contains(limitedPercent) else { throw ValidationError("--limited-percent must be between 0 and 100") }
     }
 
     func run() throws {
@@ -51,6 +68,10 @@ struct GenerateCommand: ParsableCommand {
         config.badFraction = badFraction
         config.duplicateFraction = duplicateFraction
         config.shuffleWindow = shuffleWindow
+        config.uuidEventIDs = eventIDs == .uuid
+        config.maxFriends = maxFriends
+        config.maxDevicesPerApp = maxDevicesPerApp
+        config.limitedPercent = limitedPercent
         var generator = EventStreamGenerator(config: config)
 
         let handle: FileHandle
@@ -105,4 +126,9 @@ do {
     }
     FileHandle.standardError.write(Data((GenerateCommand.fullMessage(for: error) + "\n").utf8))
     exit(code == .validationFailure ? 2 : code.rawValue)
+}
+
+/// How `idrecon-gen` makes event IDs.
+enum EventIDStyle: String, ExpressibleByArgument, CaseIterable {
+    case sequential, uuid
 }
