@@ -47,6 +47,20 @@ package struct BulkStatement {
         }
     }
 
+    /// Runs a query, binding `bind`'s values, and calls `row` for each result row until it
+    /// returns false (the rest are not read).
+    package func eachWhile(_ bind: (inout Binder) -> Void = { _ in }, _ row: (Reader) throws -> Bool) throws {
+        var binder = Binder(handle: handle)
+        bind(&binder)
+        defer { sqlite3_reset(handle) }
+        while true {
+            let code = sqlite3_step(handle)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else { throw failure(code) }
+            guard try row(Reader(handle: handle)) else { return }
+        }
+    }
+
     /// Runs a query and maps its first row, if any.
     package func first<T>(_ bind: (inout Binder) -> Void, _ map: (Reader) throws -> T) throws -> T? {
         var binder = Binder(handle: handle)

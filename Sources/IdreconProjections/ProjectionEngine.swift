@@ -88,6 +88,12 @@ package enum ProjectionEngine {
     /// does not grow with the log.
     static let catchUpChunk = 200_000
 
+    /// Friend-list entries folded per chunk at most: a chunk's friend edges and snapshots are
+    /// grouped in memory, so long lists end a chunk before `catchUpChunk` events (the bench's
+    /// stream, 0–7 friends a list, holds about 300,000 in 200,000 events; lists of up to 40
+    /// made a 1M ingest peak at 518 MB before this bound).
+    static let catchUpFriendEntries = 400_000
+
     /// Applies the logged events after `cursor` (up to `last`) to `projections` (all of
     /// the registry's by default) in `tables`, in chunks of `catchUpChunk` in log order, at
     /// most `chunks` of them; returns the last sequence number applied (`cursor` when none)
@@ -103,7 +109,13 @@ package enum ProjectionEngine {
             """)
         for _ in 0..<chunks {
             var facts: [ProjectionFact] = []
-            try read.each({ $0.add(cursor); $0.add(last) }) { facts.append(ProjectionFact($0)) }
+            var friendEntries = 0
+            try read.eachWhile({ $0.add(cursor); $0.add(last) }) { row in
+                let fact = ProjectionFact(row)
+                friendEntries += fact.friendEntries
+                facts.append(fact)
+                return friendEntries < catchUpFriendEntries
+            }
             guard let end = facts.last?.seq else { break }
             try feed?.decide(facts, tables: tables, config: config)
             let context = ProjectionContext(db: db, tables: tables, config: config, visibleSeq: end)
@@ -167,6 +179,12 @@ package typealias ProjectionFact = LoggedEvent
 
 extension LoggedEvent {
     var deviceFact: DeviceFact { DeviceFact(key: key, type: type, tracking: tracking, asid: asid) }
+
+    /// The ASIDs its friend list holds (counted on the stored bytes).
+    var friendEntries: Int {
+        guard var list = friends, !list.isEmpty else { return 0 }
+        return list.withUTF8 { bytes in bytes.reduce(1) { $1 == UInt8(ascii: ",") ? $0 + 1 : $0 } }
+    }
 }
 
 /// Text as a key of the projections' in-memory grouping: equal and ordered by its UTF-8
