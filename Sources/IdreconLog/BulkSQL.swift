@@ -36,14 +36,9 @@ package struct BulkStatement {
 
     /// Runs a query, binding `bind`'s values, and calls `row` for each result row.
     package func each(_ bind: (inout Binder) -> Void = { _ in }, row: (Reader) throws -> Void) throws {
-        var binder = Binder(handle: handle)
-        bind(&binder)
-        defer { sqlite3_reset(handle) }
-        while true {
-            let code = sqlite3_step(handle)
-            if code == SQLITE_DONE { return }
-            guard code == SQLITE_ROW else { throw failure(code) }
-            try row(Reader(handle: handle))
+        try eachWhile(bind) { reader in
+            try row(reader)
+            return true
         }
     }
 
