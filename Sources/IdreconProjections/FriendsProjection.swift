@@ -102,19 +102,22 @@ enum FriendsProjection: Projection {
             let after = snapshot.effective
             for friend in before.subtracting(after) { set(&edges, from: asid, to: friend, false) }
             for friend in after.subtracting(before) { set(&edges, from: asid, to: friend, true) }
-            // Written in batches, each in key order: a side of an edge is set by one ASID's
-            // snapshot only, once per fold, so batches need no merging, and long friend lists
-            // cannot make the map grow with the chunk.
-            if edges.count >= edgeBatch {
-                try write(edges: edges, mentions: [:], rows)
-                edges.removeAll(keepingCapacity: true)
-            }
+            try writeIfFull(&edges, rows)
         }
         try write(edges: edges, mentions: mentions, rows)
     }
 
     /// Edge changes held before they are written (about 50 bytes each).
     static let edgeBatch = 250_000
+
+    /// Writes the edge changes once there are `edgeBatch`, each batch in key order: a side of
+    /// an edge is set by one ASID's snapshot only, once per fold, so batches need no merging,
+    /// and long friend lists cannot make the map grow with the chunk or the partition.
+    static func writeIfFull(_ edges: inout [Edge: Sides], _ rows: Rows) throws {
+        guard edges.count >= edgeBatch else { return }
+        try write(edges: edges, mentions: [:], rows)
+        edges.removeAll(keepingCapacity: true)
+    }
 
     /// Writes changed edge sides and mentions in key order; both merge into what is stored,
     /// so the live fold and every replay partition write them alike.
@@ -136,6 +139,7 @@ enum FriendsProjection: Projection {
         for (asid, snapshot) in snapshots.sorted(by: { $0.asid < $1.asid }) {
             try rows.write(asid, snapshot, stored: false)
             for friend in snapshot.effective { set(&edges, from: asid, to: friend, true) }
+            try writeIfFull(&edges, rows)
         }
         try write(edges: edges, mentions: mentions, rows)
     }
