@@ -21,8 +21,7 @@ package enum ProjectionCursors {
             if state.cursors[projection.name] == nil {
                 let names = projection.tables.map(\.name)
                 try tables.drop(db, names: names) // leftovers of an interrupted build
-                try tables.createTables(db, of: [projection])
-                if projection.bulk == .scan { try db.execute(sql: projection.createIndexes(generation: tables.generation)) }
+                try tables.createTables(db, of: [projection], indexed: true) // folded row by row from here on
                 try tables.publish(db, of: [projection])
                 try db.execute(sql: "INSERT INTO projection_cursors (name, applied_seq, tables) VALUES (?, 0, ?)",
                                arguments: [projection.name, names.joined(separator: ",")])

@@ -45,13 +45,14 @@ package struct ProjectionTables: Sendable {
     package func name(_ table: String) -> String { table + suffix }
 
     /// Creates the tables of `projections` (every registered one by default). The
-    /// secondary indexes of those replay's scan loads come after loading (`createIndexes`);
-    /// the others' are created with their tables, since they are folded row by row.
-    package func createTables(_ db: Database, of projections: [any Projection.Type]? = nil) throws {
+    /// secondary indexes of those replay's scan loads come after loading (`createIndexes`)
+    /// unless `indexed`; the others' are created with their tables, since they are folded row
+    /// by row.
+    package func createTables(_ db: Database, of projections: [any Projection.Type]? = nil, indexed: Bool = false) throws {
         precondition(generation > 0)
         for projection in projections ?? registry.projections {
             try db.execute(sql: projection.createTables(generation: generation))
-            if projection.bulk == .refold { try db.execute(sql: projection.createIndexes(generation: generation)) }
+            if indexed || projection.bulk == .refold { try db.execute(sql: projection.createIndexes(generation: generation)) }
         }
     }
 
