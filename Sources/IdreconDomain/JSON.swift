@@ -294,23 +294,39 @@ public enum CanonicalJSON {
     }
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {
+        var s = s // a copy of the reference: `withUTF8` makes it native in place if needed
+        s.withUTF8 { writeString($0, into: &out) }
+    }
+
+    /// Runs of bytes that need no escape are copied whole: digests and canonical payloads
+    /// write every text of the projections and of each event through here.
+    static func writeString(_ bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
-            switch byte {
-            case 0x22: out.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
-            case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default: out.append(byte)
-            }
+        var run = 0
+        for i in 0..<bytes.count {
+            let byte = bytes[i]
+            guard byte < 0x20 || byte == 0x22 || byte == 0x5C else { continue }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
+            escape(byte, into: &out)
+            run = i + 1
         }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run...]))
         out.append(UInt8(ascii: "\""))
+    }
+
+    private static func escape(_ byte: UInt8, into out: inout [UInt8]) {
+        switch byte {
+        case 0x22: out.append(contentsOf: [0x5C, 0x22])
+        case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+        case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+        case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+        case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+        case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+        case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+        default:
+            let hex = Array("0123456789abcdef".utf8)
+            out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+        }
     }
 }
 

@@ -74,14 +74,24 @@ package struct ProjectionBuilder {
             let devices = Self.fold(devices: facts.takeDevices(), takeAll(&otherDevices))
             progress(try write(facts, devices: { devices }, into: pool))
         case .spilled(let first, let second, let partitions):
+            // A partition's logins are read back and aggregated on the other core while the
+            // previous partition's rows are written (the writer is the one busy thread).
+            func logins(_ partition: Int) -> Background<Handoff<Facts>> {
+                Background {
+                    var facts = Facts()
+                    try first.takeLogins(partition, into: &facts)
+                    try second.takeLogins(partition, into: &facts)
+                    return Handoff(facts)
+                }
+            }
             var done: Int64 = 0
+            var next = logins(0)
             for partition in 0..<partitions {
                 let devices = Background {
                     try Self.fold(devices: first.takeDevices(partition), second.takeDevices(partition))
                 }
-                var facts = Facts()
-                try first.takeLogins(partition, into: &facts)
-                try second.takeLogins(partition, into: &facts)
+                let facts = try next.result().get().take()
+                if partition + 1 < partitions { next = logins(partition + 1) }
                 done += try write(facts, devices: { try devices.result().get() }, into: pool)
                 progress(done)
             }
