@@ -10,7 +10,7 @@ import IdreconStore
 /// `depth` batches wait; a batch's memory goes once it is in the transaction. The first
 /// failure stops further writes and is rethrown to the submitter.
 ///
-/// The projections lag the log by up to one catch-up chunk (write-behind: 200,000 events,
+/// The projections lag the log by up to one catch-up chunk (write-behind: 400,000 events,
 /// `ProjectionEngine.catchUpChunk`): each entity is then read and
 /// written once per many events. They are caught up when the lag is reached, `staleness`
 /// after the last catch-up committed while batches keep coming, on `refresh` (a consumer

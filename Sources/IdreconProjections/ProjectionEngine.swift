@@ -81,18 +81,21 @@ package enum ProjectionEngine {
     }
 
     /// Events folded per `apply` when catching up: the fold reads and writes each touched
-    /// entity once per chunk, so bigger chunks write fewer rows per event (a device seen
-    /// six times in a chunk is written once); the chunk's facts are held in memory. At 10M
-    /// events a catch-up costs 60–100 µs per event whatever the chunk (250,000–500,000
-    /// measured): random reads of rows in large tables, not page writes, so the chunk
-    /// does not grow with the log.
-    static let catchUpChunk = 200_000
+    /// entity once per chunk, and a chunk touches pages all over the projection tables
+    /// whatever its length, so bigger chunks write fewer rows and pages per event (a device
+    /// seen six times in a chunk is written once). The chunk's facts are held in memory:
+    /// 400,000 is what the memory bound allows with `SharedTexts` and the process's
+    /// allocator settings (1M ingest, paired runs: 200,000 took 41.9–44.1 s at 249–280 MB
+    /// peak, 400,000 36.8–41.6 s at 283–284 MB; `schemas/sql.md`). At 10M events an earlier
+    /// round measured 60–100 µs per event whatever the chunk (250,000–500,000): there random
+    /// reads of rows in large tables cost more than the page writes a bigger chunk saves.
+    static let catchUpChunk = 400_000
 
     /// Friend-list entries folded per chunk at most: a chunk's friend edges and snapshots are
     /// grouped in memory, so long lists end a chunk before `catchUpChunk` events (the bench's
-    /// stream, 0–7 friends a list, holds about 300,000 in 200,000 events; lists of up to 40
-    /// made a 1M ingest peak at 518 MB before this bound).
-    static let catchUpFriendEntries = 400_000
+    /// stream, 0–7 friends a list, holds about 600,000 in 400,000 events; lists of up to 40
+    /// made a 1M ingest peak at 518 MB before this bound, and 221 MB with it now).
+    static let catchUpFriendEntries = 600_000
 
     /// Applies the logged events after `cursor` (up to `last`) to `projections` (all of
     /// the registry's by default) in `tables`, in chunks of `catchUpChunk` in log order, at
@@ -110,8 +113,11 @@ package enum ProjectionEngine {
         for _ in 0..<chunks {
             var facts: [ProjectionFact] = []
             var friendEntries = 0
+            var shared = SharedTexts()
             try read.eachWhile({ $0.add(cursor); $0.add(last) }) { row in
-                let fact = ProjectionFact(row)
+                var fact = ProjectionFact(row)
+                shared.share(&fact.linkEmail)
+                shared.share(&fact.friends)
                 friendEntries += fact.friendEntries
                 facts.append(fact)
                 return friendEntries < catchUpFriendEntries
@@ -150,6 +156,19 @@ package enum ProjectionEngine {
         try ProjectionCursors.advance(db, registry, to: cursor)
         try feed?.finish(decidedSeq: cursor)
         return events
+    }
+}
+
+/// One copy of each long text of a chunk's facts: a person's logins repeat the same email key
+/// and often the same friend list, and a chunk's facts are most of a catch-up's memory (1M
+/// ingest, chunks of 400,000: 303–307 MB peak, 283–284 MB with these texts shared). Texts
+/// are the same when their bytes are (`ByteText`).
+struct SharedTexts {
+    private var texts: Set<ByteText> = []
+
+    mutating func share(_ text: inout String?) {
+        guard let value = text, value.utf8.count > 15 else { return } // shorter ones are stored inline
+        text = texts.insert(ByteText(value)).memberAfterInsert.text
     }
 }
 

@@ -24,6 +24,7 @@ struct Idrecon: AsyncParsableCommand {
 @main
 enum Main {
     static func main() async {
+        MemoryPolicy.apply()
         do {
             // `--embedded=N` is `--embedded` with N partitions.
             let arguments = CommandLine.arguments.dropFirst().flatMap { argument -> [String] in

@@ -157,20 +157,20 @@ struct Stream {
 
 @Suite struct FriendGraphTests {
     /// Friend lists long enough that one catch-up folds them in several chunks (a chunk ends
-    /// once it holds `catchUpFriendEntries` list entries, here after 2,000 of 2,500 logins),
+    /// once it holds `catchUpFriendEntries` list entries, here after 3,000 of 3,500 logins),
     /// and that the live fold and replay write edges in several batches (`edgeBatch`, 250,000;
     /// 1,400 ASIDs name 200 friends each): the projections are those a replay builds, and
     /// every named friend is an edge.
     @Test func longFriendListsEndChunksEarly() throws {
         var s = try Stream()
-        let lines = (0..<2_500).map { i in
+        let lines = (0..<3_500).map { i in
             Stream.login("f\(i)", day: 1 + Double(i) / 1000, device: "d\(i % 300)", asid: "\(1000 + i % 1400)",
                          extra: ["friend_asids": (0..<200).map { "\(5000 + (i * 7 + $0 * 13) % 9000)" }])
         }
-        try s.ingest(lines, batchSize: 2_500)
+        try s.ingest(lines, batchSize: 3_500)
         try s.verifyReplay()
-        // The last login of ASID 1000 + 2499 % 1400 names these 200.
-        let last = 2_499
+        // The last login of ASID 1000 + 3499 % 1400 names these 200.
+        let last = 3_499
         let named = Set((0..<200).map { "\(5000 + (last * 7 + $0 * 13) % 9000)" })
         let edges = try s.store.friends(of: "\(1000 + last % 1400)").filter(\.listedByMe).map(\.friend)
         #expect(Set(edges) == named)
