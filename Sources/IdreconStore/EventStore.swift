@@ -10,6 +10,7 @@ import IdreconProjections
 public final class EventStore: Sendable {
     public let path: String
     let pool: DatabasePool
+    private let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
 
@@ -30,6 +31,7 @@ public final class EventStore: Sendable {
     ) throws(IdreconError) {
         self.path = path
         self.projections = projections
+        self.readOnly = readOnly
         var config = Configuration()
         config.readonly = readOnly
         config.busyMode = .timeout(30)
@@ -88,6 +90,12 @@ public final class EventStore: Sendable {
         if !readOnly { try levelProjections() }
         withExtendedLifetime(openLock) {}
         if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
+    }
+
+    /// A writer leaves the WAL checkpointed and empty for the readers that come after it.
+    deinit {
+        guard !readOnly else { return }
+        try? pool.writeWithoutTransaction { db in WriteAheadLog.reset(db) }
     }
 
     /// Builds the registered projections the database lacks, and brings level those another
