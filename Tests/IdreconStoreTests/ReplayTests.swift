@@ -1,5 +1,7 @@
 import Foundation
+import GRDB
 import IdreconDomain
+import IdreconIngest
 @testable import IdreconStore
 import IdreconProjections
 import Testing
@@ -22,6 +24,29 @@ import Testing
             #expect(first.drift.isEmpty && report.drift.isEmpty)
         }
         try s.verifyReplay()
+    }
+
+    /// A writer that is released leaves the WAL checkpointed and empty even while another
+    /// connection keeps the database open: SQLite deletes the WAL at close only for the last
+    /// connection, and readers that come later would look each page up in what it left.
+    @Test func aReleasedWriterLeavesTheWALEmpty() throws {
+        let dir = TempDir()
+        let path = dir.path("db.sqlite")
+        var reader: DatabaseQueue?
+        do {
+            let store = try EventStore(path: path)
+            var readOnly = Configuration()
+            readOnly.readonly = true
+            reader = try DatabaseQueue(path: path, configuration: readOnly)
+            let lines = (0..<300).map { i in Stream.login("w\(i)", day: 1 + Double(i) / 100, device: "d\(i % 40)", asid: "\(i % 70)") }
+            try FileIngestor(store: store, batchSize: 50).ingest(path: dir.write("w.jsonl", lines))
+            _ = try store.replay()
+            let walBytes = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+            #expect(walBytes > 0)
+        }
+        let walBytes = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        #expect(walBytes == 0)
+        #expect(try reader?.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM events") } == 300)
     }
 
     /// The log's device and ASID indexes lead with the event's tier (`seq >> 18`): a late
