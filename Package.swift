@@ -64,6 +64,8 @@ let package = Package(
         ),
         // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only.
         .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        // glibc's `mallopt` (the process's allocator settings, `MemoryPolicy`).
+        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // Thin Kafka layer: consumer with offsets in SQLite, producer, embedded mock cluster.
         .target(
             name: "IdreconKafka",
@@ -88,6 +90,7 @@ let package = Package(
             name: "idrecon",
             dependencies: [
                 "IdreconDomain", "IdreconStore", "IdreconIngest", "IdreconKafka", "IdreconService", "IdreconVersion",
+                .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

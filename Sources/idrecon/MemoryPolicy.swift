@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(CMalloc)
+import CMalloc
+#endif
 
 /// How the process asks glibc's allocator for memory. A catch-up holds a chunk's facts and
 /// groups them per projection, then frees them: with glibc's defaults those large, short-lived
@@ -10,18 +13,9 @@ import Foundation
 /// (glibc's default is eight per core), enough for validation on every core.
 enum MemoryPolicy {
     static func apply() {
-        #if os(Linux)
-        _ = glibcMallopt(mmapThreshold, 128 * 1024)
-        _ = glibcMallopt(arenaMax, Int32(clamping: max(2, ProcessInfo.processInfo.activeProcessorCount)))
+        #if canImport(CMalloc)
+        _ = mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+        _ = mallopt(M_ARENA_MAX, Int32(clamping: max(2, ProcessInfo.processInfo.activeProcessorCount)))
         #endif
     }
-
-    // <malloc.h>'s parameters (glibc's ABI); Swift's Glibc module does not import malloc.h.
-    private static let mmapThreshold: Int32 = -3
-    private static let arenaMax: Int32 = -8
 }
-
-#if os(Linux)
-@_silgen_name("mallopt")
-private func glibcMallopt(_ parameter: Int32, _ value: Int32) -> Int32
-#endif
