@@ -1,27 +1,37 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import IdreconDomain
 import Logging
+import NIOCore
 
 /// A Hummingbird HTTP/1 server in a task of its own: what the metrics server and the read API
 /// run on. `start` returns once it listens, with the address it bound (port 0: any free port).
 struct HTTPServer: Sendable {
     private let task: Task<Void, any Error>
 
+    /// `onEventLoop` makes the channel handlers that see each connection's requests on its event
+    /// loop before the router does (the read API's single-ASID fast path).
     static func start(
-        router: Router<BasicRequestContext>, host: String, port: Int, label: String, idleSeconds: Int64? = nil
+        router: Router<BasicRequestContext>, host: String, port: Int, label: String, idleSeconds: Int64? = nil,
+        onEventLoop: @escaping @Sendable () -> [any RemovableChannelHandler] = { [] }
     ) async throws -> (HTTPServer, String) {
         let (bound, boundContinuation) = AsyncStream<String>.makeStream()
+        // The idle timer goes before the event-loop handlers, so that it sees the requests they
+        // answer (Hummingbird's own comes after them, and would close a busy connection as idle).
+        let idle = idleSeconds.map { Duration.seconds($0) }
+        // Stopping cancels the server: not an error worth a log line.
+        let logger = { var l = Logger(label: label); l.logLevel = .critical; return l }()
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(idleTimeout: idleSeconds.map { .seconds($0) })),
+            server: .http1(configuration: .init(
+                additionalChannelHandlers: [HTTPConnectionStateHandler(idleTimeout: idle, logger: logger)] + onEventLoop())),
             configuration: .init(address: .hostname(host, port: port), serverName: "idrecon"),
             onServerRunning: { channel in
                 boundContinuation.yield("\(host):\(channel.localAddress?.port ?? port)")
                 boundContinuation.finish()
             },
-            // Stopping cancels the server: not an error worth a log line.
-            logger: { var l = Logger(label: label); l.logLevel = .critical; return l }()
+            logger: logger
         )
         let task = Task {
             defer { boundContinuation.finish() } // a server that cannot bind ends the wait below
@@ -43,7 +53,8 @@ struct HTTPServer: Sendable {
 
     /// A JSON response (canonical: keys sorted), one line.
     static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"],
-                 body: .init(byteBuffer: ByteBuffer(string: CanonicalJSON.encode(body) + "\n")))
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: jsonBytes(body)))
     }
+
+    static func jsonBytes(_ body: JSONValue) -> ByteBuffer { ByteBuffer(string: CanonicalJSON.encode(body) + "\n") }
 }

@@ -20,6 +20,7 @@ public final class ReadAPI: Sendable {
     /// Starts serving on `host:port` (port 0: any free port); returns once it listens, with the
     /// address it bound. `tokens` nil: no authentication (the caller allows that on loopback only).
     public static func start(host: String, port: Int, store: EventStore, tokens: BearerTokens?) async throws -> (ReadAPI, String) {
+        let readers = EventLoopReaders(store: store)
         let router = Router()
         router.add(middleware: MethodNotAllowed<BasicRequestContext>())
         router.get("healthz") { _, _ -> Response in json(.ok, .object([("status", .string("alive"))])) }
@@ -33,7 +34,7 @@ public final class ReadAPI: Sendable {
             let at = atText.flatMap(Timestamp.parse)
             if let atText, at == nil { return Self.badTime(atText) }
             guard EventValidator.isASID(asid) else { return Self.error(.badRequest, "'\(asid.prefix(64))' is not an ASID (1-32 digits)") }
-            return try await Self.reading { try Self.access(store, [asid], at: at).single() }
+            return try await Self.reading { json(.ok, try Self.access(store, asid, at: at)) }
         }
         v1.post("access") { request, _ -> Response in
             let body = try await request.body.collect(upTo: maxBody)
@@ -103,7 +104,7 @@ public final class ReadAPI: Sendable {
         // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
         // cannot hold connections open for ever.
         let (server, address) = try await HTTPServer.start(router: router, host: host, port: port, label: "idrecon.api",
-                                                           idleSeconds: 30)
+                                                           idleSeconds: 30) { [AccessOnEventLoop(readers: readers, tokens: tokens)] }
         return (ReadAPI(server: server), address)
     }
 
@@ -128,12 +129,13 @@ public final class ReadAPI: Sendable {
         var rows: [JSONValue]
         var position: [(String, JSONValue)]
 
-        func single() -> Response { json(.ok, merged(rows.first ?? .object([]))) }
+        func single() -> Response { json(.ok, merged) }
 
         func list(_ name: String) -> Response { json(.ok, .object([(name, .array(rows))] + position)) }
 
-        private func merged(_ row: JSONValue) -> JSONValue {
-            guard case let .object(members) = row else { return row }
+        /// The first row with the position.
+        var merged: JSONValue {
+            guard case let .object(members)? = rows.first else { return rows.first ?? .object(position) }
             return .object(members + position)
         }
     }
@@ -147,12 +149,20 @@ public final class ReadAPI: Sendable {
         [("applied_seq", .number(String(appliedSeq))), ("projection_lag_events", .number(String(max(0, lastSeq - appliedSeq))))]
     }
 
+    /// `GET /v1/access/{asid}`'s answer: the CLI's `access` row with the position.
+    static func access(_ store: EventStore, _ asid: String, at: Int64?) throws -> JSONValue {
+        access(try store.access([asid], asOf: at), at: at).merged
+    }
+
     /// The CLI's `access` rows (asid, state, as_of, evidence_event, evidence_device), read
     /// with the position in one transaction.
     static func access(_ store: EventStore, _ asids: [String], at: Int64?) throws -> Answer {
-        let (answers, lastSeq, appliedSeq) = try store.access(asids, asOf: at)
-        let rows = answers.map { a in JSONValue.object(Array(zip(AccessAnswer.fieldNames, a.fields(asOf: at)))) }
-        return Answer(rows: rows, position: position(lastSeq: lastSeq, appliedSeq: appliedSeq))
+        access(try store.access(asids, asOf: at), at: at)
+    }
+
+    static func access(_ read: (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64), at: Int64?) -> Answer {
+        let rows = read.answers.map { a in JSONValue.object(Array(zip(AccessAnswer.fieldNames, a.fields(asOf: at)))) }
+        return Answer(rows: rows, position: position(lastSeq: read.lastSeq, appliedSeq: read.appliedSeq))
     }
 
     /// The CLI's `device` row.

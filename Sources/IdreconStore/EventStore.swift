@@ -32,16 +32,7 @@ public final class EventStore: Sendable {
         self.path = path
         self.projections = projections
         self.readOnly = readOnly
-        var config = Configuration()
-        config.readonly = readOnly
-        config.busyMode = .timeout(30)
-        config.prepareDatabase { db in
-            // WAL + NORMAL is durable against process crashes (SIGKILL); a bigger page
-            // cache and checkpoint interval keep random-key index inserts off the disk.
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
-            try db.execute(sql: "PRAGMA wal_autocheckpoint = 8192")
-        }
+        let config = Self.configuration(readOnly: readOnly)
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw IdreconError(.input, "cannot open database \(path): it is a directory; pass a file path with --db")
@@ -90,6 +81,21 @@ public final class EventStore: Sendable {
         if !readOnly { try levelProjections() }
         withExtendedLifetime(openLock) {}
         if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
+    }
+
+    /// Every connection's settings.
+    static func configuration(readOnly: Bool) -> Configuration {
+        var config = Configuration()
+        config.readonly = readOnly
+        config.busyMode = .timeout(30)
+        config.prepareDatabase { db in
+            // WAL + NORMAL is durable against process crashes (SIGKILL); a bigger page
+            // cache and checkpoint interval keep random-key index inserts off the disk.
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = 8192")
+        }
+        return config
     }
 
     /// A writer leaves the WAL checkpointed and empty for the readers that come after it.

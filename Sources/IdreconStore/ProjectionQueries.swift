@@ -107,36 +107,45 @@ extension EventStore {
     public func access(
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        try read { db in
-            let (last, applied) = try Self.sequences(db)
-            return (try asids.map { try Self.access(db, $0, asOf: asOf) }, last, applied)
-        }
+        try read { db in try Self.access(db, asids, asOf: asOf) }
+    }
+
+    static func access(
+        _ db: Database, _ asids: [String], asOf: Int64?
+    ) throws -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
+        let (last, applied) = try sequences(db)
+        return (try asids.map { try access(db, $0, asOf: asOf) }, last, applied)
     }
 
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
+        // Prepared once per connection and driven through SQLite's C API: the read API and
+        // `audit calls` ask this for every ASID, and GRDB's row boxing cost more than the seeks.
         let t = asOf ?? .max
         // Every limited span starts at a login of this ASID: with none by t, only a friend list
         // can have named it (and the span tables, the largest, are not read).
-        guard try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?"),
-                               arguments: [asid, t]) != nil else {
-            let mentioned = try Int.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?"),
-                                             arguments: [asid, t]) != nil
+        let loggedIn = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?")
+        guard try loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil else {
+            let mentions = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?")
+            let mentioned = try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil
             return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
         }
-        if let span = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT app_id, device_id, from_event FROM \(tables.spans)
+        let heldSpan = try BulkStatement(cached: db, """
+            SELECT from_event, app_id, device_id FROM \(tables.spans)
             WHERE asid = ? AND from_at <= ? AND (to_at IS NULL OR to_at > ?) ORDER BY from_at, from_event LIMIT 1
-            """), arguments: [asid, t, t]) {
-            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span["from_event"],
-                                evidenceDevice: "\(span["app_id"] as String)/\(span["device_id"] as String)")
+            """)
+        let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
+        if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
+            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
         }
         // The ASID's latest limited login by t; its span ends at the ASID's next login.
-        if let login = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT from_event, to_at, app_id, device_id FROM \(tables.asidSpans)
+        let latestLimited = try BulkStatement(cached: db, """
+            SELECT from_event, app_id, device_id, to_at FROM \(tables.asidSpans)
             WHERE asid = ? AND from_at <= ? ORDER BY from_at DESC, from_event DESC LIMIT 1
-            """), arguments: [asid, t]), (login["to_at"] as Int64?).map({ $0 > t }) ?? true {
-            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login["from_event"],
-                                evidenceDevice: "\(login["app_id"] as String)/\(login["device_id"] as String)")
+            """)
+        if let login = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
+            row.isNull(3) || row.int(3) > t ? evidence(row) : nil
+        }), let login {
+            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
         }
         return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
     }

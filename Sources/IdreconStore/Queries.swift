@@ -93,8 +93,8 @@ extension EventStore {
     /// The log's last sequence number and the last one the projections applied, in `db`'s
     /// transaction.
     static func sequences(_ db: Database) throws -> (lastSeq: Int64, appliedSeq: Int64) {
-        (try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM events")) ?? 0,
-         try Int64.fetchOne(db.cachedStatement(sql: "SELECT applied_seq FROM projection_meta")) ?? 0)
+        (try BulkStatement(cached: db, "SELECT coalesce(max(seq), 0) FROM events").first({ _ in }, { $0.int(0) }) ?? 0,
+         try BulkStatement(cached: db, "SELECT applied_seq FROM projection_meta").first({ _ in }, { $0.int(0) }) ?? 0)
     }
 
     /// Bytes of the database file and its WAL on disk.

@@ -155,6 +155,67 @@ import Testing
         #expect(wait(consumer, seconds: 60) == 0)
     }
 
+    /// Requests pipelined on one connection are answered in the order asked, whether the event
+    /// loop answers them (`GET /v1/access/{asid}`) or the router does (everything else).
+    @Test func pipelinedRequestsAreAnsweredInOrder() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        let (server, base) = try Self.start(["serve", "--db", db, "--listen", "127.0.0.1:0"], log: s.path("serve.txt"))
+        defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
+        let port = try #require(UInt16(base.split(separator: ":").last ?? ""))
+        let post = #"{"asids":["400"]}"#
+        let requests = [
+            "POST /v1/access HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: \(post.utf8.count)\r\n\r\n\(post)",
+            "GET /v1/access/300 HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /v1/users/300 HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /v1/access/777?at=2026-11-01T07:00:00Z HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /v1/access/12ab HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /v1/access/400 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        ]
+        let answer = try Self.exchange(port: port, requests.joined())
+        // Each body names what it answers, in request order.
+        let marks = [#""results":[{"#, #""asid":"300""#, #""user_id":"u:400""#, #""asid":"777""#, #""status":400"#, #""asid":"400""#]
+        var rest = Substring(answer)
+        for mark in marks {
+            guard let found = rest.range(of: mark) else {
+                Issue.record("\(mark) missing or out of order in: \(answer)")
+                break
+            }
+            rest = rest[found.upperBound...]
+        }
+        #expect(answer.components(separatedBy: "HTTP/1.1 ").count - 1 == requests.count, "\(answer)")
+        kill(server.processIdentifier, SIGTERM)
+        #expect(wait(server, seconds: 30) == 0)
+    }
+
+    /// Sends `text` on one TCP connection to 127.0.0.1:`port` and reads until the server closes it.
+    static func exchange(port: UInt16, _ text: String) throws -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        let bytes = Array(text.utf8)
+        guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == bytes.count else { throw POSIXError(.EIO) }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            received += buffer[..<count]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
     @Test func anOpenAPIOffLoopbackIsRefused() throws {
         let s = Scratch()
         let r = try run(Binaries.idrecon, ["serve", "--db", s.path("db.sqlite"), "--listen", "0.0.0.0:0"])
