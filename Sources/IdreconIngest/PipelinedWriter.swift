@@ -19,7 +19,7 @@ import IdreconStore
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
-    private let queue = DispatchQueue(label: "idrecon.ingest.writer")
+    private let queue: DispatchQueue
     /// Free places for batches; a condition, not a `DispatchSemaphore`, because a writer
     /// that stops on a failure (a full disk) may be released with batches still counted,
     /// and a semaphore deallocated below its initial value traps.
@@ -31,6 +31,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var committed: (position: Int64, records: Int64)?
 
     private let onCommit: (@Sendable (Int, Double) -> Void)?
+    private let yielding: Bool
     private let staleness: Double
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
     /// Whether a transaction was committed since the projections were last caught up
@@ -38,10 +39,14 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var behind = false
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
+    /// `yielding`: the writer runs at the lowest CPU priority (see `ThreadPriority`).
     public init(
-        store: EventStore, depth: Int = 2, transactionRecords: Int, staleness: Double = 10, onCommit: (@Sendable (Int, Double) -> Void)? = nil
+        store: EventStore, depth: Int = 2, transactionRecords: Int, staleness: Double = 10, yielding: Bool = false,
+        onCommit: (@Sendable (Int, Double) -> Void)? = nil
     ) {
         self.store = store
+        self.yielding = yielding
+        queue = DispatchQueue(label: "idrecon.ingest.writer", qos: yielding ? .background : .unspecified)
         self.onCommit = onCommit
         self.transactionRecords = transactionRecords
         self.staleness = staleness
@@ -67,6 +72,8 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// Appends what is waiting (nothing if an earlier call took it) in one transaction.
     private func writeWaiting() {
+        // GCD's background threads run at nice 10; this writer goes lower still.
+        if yielding { ThreadPriority.yieldToOthers() }
         guard lock.withLock({ failure == nil && !waiting.isEmpty }) else { return }
         var records = 0
         var last: ConsumedPosition?

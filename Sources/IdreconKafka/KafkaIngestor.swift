@@ -28,6 +28,10 @@ public struct ConsumeOptions: Sendable {
     public var rebind = false
     /// Called after each committed transaction with its records and duration (on the writer's thread).
     public var onCommit: (@Sendable (_ records: Int, _ seconds: Double) -> Void)?
+    /// Ingest at the lowest CPU priority (`ThreadPriority`: the thread that calls `run`, which
+    /// polls and validates, librdkafka's threads it starts, and the writer), so that a read API
+    /// in the same process answers first when both want the cores.
+    public var yieldToReaders = false
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -84,7 +88,8 @@ public final class KafkaIngestor: @unchecked Sendable {
         self.store = store
         self.options = options
         self.logger = logger
-        writer = PipelinedWriter(store: store, depth: 2, transactionRecords: options.batchSize, onCommit: options.onCommit)
+        writer = PipelinedWriter(store: store, depth: 2, transactionRecords: options.batchSize,
+                                 yielding: options.yieldToReaders, onCommit: options.onCommit)
     }
 
     public static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
@@ -99,6 +104,7 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// Consumes until `shouldStop` returns true (checked at least every 100 ms) or, with
     /// `exitAtEnd`, until every assigned partition is at its end. Leaves the group cleanly.
     public func run(shouldStop: @escaping () -> Bool, progress: (ConsumeSummary) -> Void = { _ in }) throws -> ConsumeSummary {
+        if options.yieldToReaders { ThreadPriority.yieldToOthers() }
         let reset = options.settings.last { $0.0 == "auto.offset.reset" }?.1 ?? "earliest"
         let conf = try makeConfiguration([
             ("bootstrap.servers", options.brokers), ("group.id", options.group),

@@ -199,6 +199,8 @@ struct ConsumeCommand: AsyncParsableCommand {
             let (started, address) = try await api.start(apiAddress, store: store)
             apiServer = started
             FileHandle.standardError.write(Data("api: http://\(address)/v1 (and /healthz)\n".utf8))
+            // Callers wait on the API before their Graph calls; ingestion can catch up.
+            options.yieldToReaders = true
         }
         let feed = try startChangeFeed(store: store, brokers: bootstrap, settings: extra, logger: logger)
         let ingestor = KafkaIngestor(store: store, options: options, logger: logger)
