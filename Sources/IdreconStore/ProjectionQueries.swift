@@ -118,9 +118,9 @@ extension EventStore {
         // 10.1 ms against 12.6 ms in request order); answered in request order.
         let keys = asids.map { Array($0.utf8) }
         let order = keys.indices.sorted { keys[$0].lexicographicallyPrecedes(keys[$1]) }
-        var answers = [AccessAnswer?](repeating: nil, count: asids.count)
+        var answers = [AccessAnswer](repeating: AccessAnswer(asid: "", state: .unseen), count: asids.count)
         for i in order { answers[i] = try access(db, asids[i], asOf: asOf) }
-        return (answers.map { $0! }, last, applied)
+        return (answers, last, applied)
     }
 
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
