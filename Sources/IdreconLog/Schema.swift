@@ -334,6 +334,20 @@ package enum Schema {
                     ('access', 'asid_last_logins,asid_limited_spans'));
                 """)
         }
+        migrator.registerMigration("v11-limited-spans-asid-order") { db in
+            // `access` asks for the earliest span an ASID's devices hold at t, ordered by
+            // (from_at, from_event); led by (asid, from_at) only, the index left SQLite a
+            // temporary B-tree per lookup for the tie-break (schemas/sql.md, "Access history").
+            let tables = try String.fetchAll(db, sql: """
+                SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'limited_spans_g[0-9]*'
+                """)
+            for table in tables {
+                try db.execute(sql: """
+                    DROP INDEX IF EXISTS limited_spans_gN_asid;
+                    CREATE INDEX limited_spans_gN_asid ON limited_spans_gN(asid, from_at, from_event);
+                    """.replacingOccurrences(of: "_gN", with: String(table.dropFirst("limited_spans".count))))
+            }
+        }
         return migrator
     }
 }
