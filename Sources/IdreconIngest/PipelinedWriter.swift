@@ -72,7 +72,8 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// Appends what is waiting (nothing if an earlier call took it) in one transaction.
     private func writeWaiting() {
-        // GCD's background threads run at nice 10; this writer goes lower still.
+        // The background QoS gives the writer GCD threads of their own (at nice 10), so the
+        // nice 19 set here touches no other work of the process.
         if yielding { ThreadPriority.yieldToOthers() }
         guard lock.withLock({ failure == nil && !waiting.isEmpty }) else { return }
         var records = 0

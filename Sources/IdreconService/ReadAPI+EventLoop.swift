@@ -82,13 +82,8 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     /// The ASID and time of a request this handler answers, or nil to hand it on.
     static func plainAccess(_ request: HTTPRequest, tokens: BearerTokens?) -> (String, Int64?)? {
         guard request.method == .get, let path = request.path, path.utf8.starts(with: prefix),
-              request.headerFields[.connection] == nil
+              request.headerFields[.connection] == nil, BearerTokens.allow(request.headerFields[.authorization], tokens)
         else { return nil }
-        if let tokens {
-            guard let header = request.headerFields[.authorization], header.hasPrefix("Bearer "),
-                  tokens.accepts(String(header.dropFirst(7)))
-            else { return nil }
-        }
         let rest = path.utf8.dropFirst(prefix.count)
         let question = rest.firstIndex(of: UInt8(ascii: "?"))
         let asid = String(Substring(rest[..<(question ?? rest.endIndex)]))

@@ -211,9 +211,7 @@ struct BearerAuthentication<Context: RequestContext>: RouterMiddleware {
     let tokens: BearerTokens?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let tokens else { return try await next(request, context) }
-        let header = request.headers[.authorization] ?? ""
-        guard header.hasPrefix("Bearer "), tokens.accepts(String(header.dropFirst(7))) else {
+        guard BearerTokens.allow(request.headers[.authorization], tokens) else {
             var response = ReadAPI.error(.unauthorized, "a valid Authorization: Bearer token is required")
             response.headers[.wwwAuthenticate] = "Bearer"
             return response
@@ -245,6 +243,15 @@ public final class BearerTokens: @unchecked Sendable {
     }
 
     public var count: Int { lock.withLock { tokens.count } }
+
+    /// Whether a request with this `Authorization` header may read: any request when no tokens
+    /// are configured, else one with `Bearer` and one of the tokens (the middleware's rule and
+    /// the event loop's).
+    static func allow(_ authorization: String?, _ tokens: BearerTokens?) -> Bool {
+        guard let tokens else { return true }
+        guard let header = authorization, header.hasPrefix("Bearer ") else { return false }
+        return tokens.accepts(String(header.dropFirst(7)))
+    }
 
     /// Whether `candidate` is one of the tokens; every token is compared whole, so the time
     /// does not depend on where a guess first differs.

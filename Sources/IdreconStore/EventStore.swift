@@ -207,15 +207,16 @@ public final class EventStore: Sendable {
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
-        do { return try pool.read(body) } catch let error as IdreconError { throw error } catch {
-            throw IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
-        }
+        do { return try pool.read(body) } catch { throw Self.failure(path, error) }
     }
 
     func write<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
-        do { return try pool.write(body) } catch let error as IdreconError { throw error } catch {
-            throw IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
-        }
+        do { return try pool.write(body) } catch { throw Self.failure(path, error) }
+    }
+
+    /// A failed database access as the error callers see: ours unchanged, SQLite's as storage.
+    static func failure(_ path: String, _ error: any Error) -> IdreconError {
+        error as? IdreconError ?? IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
     }
 }
 

@@ -33,9 +33,7 @@ public final class PinnedReader: Sendable {
                     throw error
                 }
             }
-        } catch let error as IdreconError { throw error } catch {
-            throw IdreconError(.storage, "database \(path): \(IdreconError.describe(error))")
-        }
+        } catch { throw EventStore.failure(path, error) }
     }
 
     /// `EventStore.access(_:asOf:)` on this connection.
