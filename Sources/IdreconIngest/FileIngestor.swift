@@ -35,6 +35,9 @@ public struct FileIngestor: Sendable {
     public var tokens: TokenVerifier?
     /// Longer lines are quarantined as `malformed_json` without being held in memory.
     public var maxRecordBytes: Int
+    /// Events behind the log from which the projections are built in bulk
+    /// (`PipelinedWriter.expect(events:)`).
+    public var bulkFrom = EventStore.bulkCatchUpFrom
 
     public init(store: EventStore, batchSize: Int = 64000, chunkSize: Int = FileIngestor.defaultChunkSize, tokens: TokenVerifier? = nil,
                 maxRecordBytes: Int = RecordSize.defaultLimit) {
@@ -45,8 +48,13 @@ public struct FileIngestor: Sendable {
         self.maxRecordBytes = maxRecordBytes
     }
 
-    /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe).
-    public func ingest(path: String, progress: (IngestProgress) -> Void = { _ in }) throws(IdreconError) -> IngestSummary {
+    /// Ingests `path`, or standard input when `path` is `-` (no resume for a pipe). A file
+    /// that will at least double the log is appended first and the projections are built
+    /// from it in bulk at the end (`PipelinedWriter.expect(events:)`; `building` reports
+    /// that build's progress: events built, of the log's).
+    public func ingest(
+        path: String, progress: (IngestProgress) -> Void = { _ in }, building: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws(IdreconError) -> IngestSummary {
         let isStdin = path == "-"
         let fd: Int32
         var total: Int64?
@@ -88,7 +96,8 @@ public struct FileIngestor: Sendable {
         summary.resumedAt = startOffset
 
         var reader = LineReader(fd: fd, startOffset: startOffset, maxLineBytes: maxRecordBytes)
-        let writer = PipelinedWriter(store: store, transactionRecords: batchSize)
+        let writer = PipelinedWriter(store: store, transactionRecords: batchSize, bulkFrom: bulkFrom, onBuild: building)
+        var expected = false
         // Validation works in chunks; the writer joins waiting chunks into transactions of
         // up to `batchSize` records, so memory does not grow with the transaction size.
         let chunkSize = min(batchSize, self.chunkSize)
@@ -99,6 +108,12 @@ public struct FileIngestor: Sendable {
         var lastOffset = startOffset
 
         func flush() throws(IdreconError) {
+            if !expected, let total, lastOffset > startOffset {
+                // The rest of the file, at the first chunk's bytes per line.
+                expected = true
+                let perLine = Double(lastOffset - startOffset) / Double(max(1, pending.count))
+                try writer.expect(events: Int64(min(Double(total - startOffset) / perLine, 1e15)))
+            }
             let records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes, oversized: oversized)
             oversized.removeAll()
             let position = isStdin ? [] : [ConsumedPosition(source: source, position: lastOffset, records: lineNumber, updatedAt: Self.nowMillis())]

@@ -15,7 +15,10 @@ import IdreconStore
 /// written once per many events. They are caught up when the lag is reached, `staleness`
 /// after the last catch-up committed while batches keep coming, on `refresh` (a consumer
 /// calls it when idle), and in `finish`; queries see them as of the last catch-up
-/// (`stats`: projection_lag_events).
+/// (`stats`: projection_lag_events). A source that expects to at least double the log
+/// (`expect(events:)`: an ingest into a new or small database, a backfill) folds nothing
+/// while it appends: the projections are built anew in bulk when it is drained
+/// (`EventStore.catchUpProjections(bulkFrom:)`), and queries see them as of before until then.
 public final class PipelinedWriter: @unchecked Sendable {
     private let store: EventStore
     private let transactionRecords: Int
@@ -33,6 +36,11 @@ public final class PipelinedWriter: @unchecked Sendable {
     private let onCommit: (@Sendable (Int, Double) -> Void)?
     private let yielding: Bool
     private let staleness: Double
+    private let bulkFrom: Int64
+    private let onBuild: (@Sendable (Int64, Int64) -> Void)?
+    /// Whether folds wait for a bulk build at the end (`expect(events:)`; set before the
+    /// first batch is submitted, read on the writer's queue).
+    private var deferring = false
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
     /// Whether a transaction was committed since the projections were last caught up
     /// (touched on the writer's queue only).
@@ -40,17 +48,32 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
     /// `yielding`: the writer runs at the lowest CPU priority (see `ThreadPriority`).
+    /// `bulkFrom`: events behind from which a bulk build is considered; `onBuild` is called
+    /// with its progress (events built, of the log's).
     public init(
         store: EventStore, depth: Int = 2, transactionRecords: Int, staleness: Double = 10, yielding: Bool = false,
-        onCommit: (@Sendable (Int, Double) -> Void)? = nil
+        bulkFrom: Int64 = EventStore.bulkCatchUpFrom, onCommit: (@Sendable (Int, Double) -> Void)? = nil,
+        onBuild: (@Sendable (Int64, Int64) -> Void)? = nil
     ) {
         self.store = store
+        self.bulkFrom = bulkFrom
+        self.onBuild = onBuild
         self.yielding = yielding
         queue = DispatchQueue(label: "idrecon.ingest.writer", qos: yielding ? .background : .unspecified)
         self.onCommit = onCommit
         self.transactionRecords = transactionRecords
         self.staleness = staleness
         self.slots = Slots(depth)
+    }
+
+    /// Tells the writer, before the first batch, how many events its source expects to
+    /// append: when that makes the projections due a bulk build, nothing is folded until
+    /// `finish` builds them. Returns whether it will.
+    @discardableResult
+    public func expect(events: Int64) throws(IdreconError) -> Bool {
+        let due = try store.prepareBulkBuild(from: bulkFrom, expecting: events)
+        queue.sync { deferring = due }
+        return due
     }
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
@@ -80,10 +103,10 @@ public final class PipelinedWriter: @unchecked Sendable {
         var last: ConsumedPosition?
         let started = DispatchTime.now().uptimeNanoseconds
         // Projections that have lagged for `staleness` are folded in this same transaction.
-        let stale = secondsSinceCaughtUp >= staleness
+        let stale = !deferring && secondsSinceCaughtUp >= staleness
         let batch: BatchOutcome, projected: Int64
         do throws(IdreconError) {
-            (batch, projected) = try store.appendBatches(projectionLag: stale ? 0 : nil) { [self] in
+            (batch, projected) = try store.appendBatches(projectionLag: deferring ? .max : stale ? 0 : nil) { [self] in
                 guard records < transactionRecords, let batch = lock.withLock({ waiting.isEmpty ? nil : waiting.removeFirst() }) else { return nil }
                 slots.give()
                 records += batch.records.count
@@ -99,11 +122,10 @@ public final class PipelinedWriter: @unchecked Sendable {
         // second, small chunk, and every chunk rewrites pages all over the projection tables.
         // Counting from the catch-up's start instead left less appending time before the
         // next one the longer catch-ups took, so chunks shrank as the tables grew.
-        if projected > 0 || stale {
-            (caughtUpAt, behind) = (DispatchTime.now().uptimeNanoseconds, false)
-        } else {
-            behind = true
-        }
+        // A catch-up folds everything pending; none, or one deferred to a bulk build, leaves
+        // the projections behind.
+        if projected > 0 || stale { caughtUpAt = DispatchTime.now().uptimeNanoseconds }
+        behind = projected == 0
         lock.withLock {
             outcome.add(batch)
             if let last { committed = (last.position, last.records) }
@@ -141,7 +163,8 @@ public final class PipelinedWriter: @unchecked Sendable {
     private func catchUp() {
         guard behind, lock.withLock({ failure == nil }) else { return }
         do throws(IdreconError) {
-            try store.catchUpProjections()
+            try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
+            deferring = false
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false
         } catch {

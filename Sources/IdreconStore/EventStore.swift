@@ -78,7 +78,11 @@ public final class EventStore: Sendable {
         }
         // An erasure whose rebuild did not complete is finished by the next writer (after
         // the open lock: a replay takes a while).
-        if !readOnly { try levelProjections() }
+        if !readOnly {
+            // A writer killed while appending without them (`LogKeys.suspendIndexes`).
+            try write { db in try LogKeys.restoreIndexes(db) }
+            try levelProjections()
+        }
         withExtendedLifetime(openLock) {}
         if !readOnly, !skipPendingRebuild { try finishPendingRebuild() }
     }
@@ -193,17 +197,42 @@ public final class EventStore: Sendable {
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
             }
-            return (total, try ProjectionEngine.catchUpLive(db, registry: projections, ifBehindBy: projectionLag.map(Int64.init), appended: total.appended))
+            let lag = projectionLag.map(Int64.init)
+            return (total, try ProjectionEngine.catchUpLive(db, registry: projections, ifBehindBy: lag, appended: total.appended))
         }
     }
 
-    /// Brings the projections up to the end of the log, in one transaction; returns the
-    /// events applied. The pipelines append with a projection lag (the fold then reads and
-    /// writes each entity once per many events instead of once per transaction) and call
-    /// this when their source is drained, when idle, and before they stop.
+    /// Events behind the log from which the pipelines build the projections in bulk.
+    public static let bulkCatchUpFrom = ProjectionEngine.bulkMinimum
+
+    /// Prepares for appending `expected` more events: when the projections will then be due
+    /// a bulk build (`ProjectionEngine.bulkDue`), the log's key indexes are dropped until
+    /// `catchUpProjections` (`LogKeys.suspendIndexes`). Returns whether they will be.
+    public func prepareBulkBuild(from minimum: Int64, expecting expected: Int64) throws(IdreconError) -> Bool {
+        try write { db in
+            guard try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) else { return false }
+            try LogKeys.suspendIndexes(db)
+            return true
+        }
+    }
+
+    /// Brings the projections up to the end of the log; returns the events applied. The
+    /// pipelines append with a projection lag (the fold then reads and writes each entity
+    /// once per many events instead of once per transaction) and call this when their
+    /// source is drained, when idle, and before they stop. With `bulkFrom`, projections due
+    /// a bulk build (`ProjectionEngine.bulkDue`) are built anew from the log as `replay`
+    /// builds them and swapped in (`progress`: events built, of the log's); otherwise the
+    /// events they lack are folded in, in one transaction.
     @discardableResult
-    public func catchUpProjections() throws(IdreconError) -> Int64 {
-        try write { db in try ProjectionEngine.catchUpLive(db, registry: projections) }
+    public func catchUpProjections(bulkFrom: Int64? = nil, progress: (Int64, Int64) -> Void = { _, _ in }) throws(IdreconError) -> Int64 {
+        if let bulkFrom, try read({ db in try ProjectionEngine.bulkDue(db, from: bulkFrom) }) {
+            try write { db in try LogKeys.restoreIndexes(db) }
+            return try buildBehindProjections(from: bulkFrom, progress: progress)
+        }
+        return try write { db in
+            try LogKeys.restoreIndexes(db)
+            return try ProjectionEngine.catchUpLive(db, registry: projections)
+        }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {

@@ -25,7 +25,7 @@ extension EventStore {
     /// per database (another waits, calling `waiting` first); one that a `forget` overtakes
     /// starts over, so erased data never comes back.
     public func replay(
-        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = 500_000,
+        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = replayPartition,
         progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(IdreconError) -> ReplayReport {
         do {
@@ -33,7 +33,8 @@ extension EventStore {
             defer { withExtendedLifetime(lock) {} }
             let started = Date()
             while true {
-                let attempt = try rebuild(config: newConfig, verifyOnly: verifyOnly, partitionSize: partitionSize, progress: progress)
+                let purpose: RebuildPurpose = verifyOnly ? .verify : .replay
+                let attempt = try rebuild(config: newConfig, purpose: purpose, partitionSize: partitionSize, progress: progress)
                 if var report = attempt {
                     report.seconds = Date().timeIntervalSince(started)
                     return report
@@ -46,12 +47,37 @@ extension EventStore {
         }
     }
 
+    /// Builds the live projections anew from the log, as a replay does but comparing
+    /// nothing, while a bulk build is due (`ProjectionEngine.bulkDue`); otherwise (a replay
+    /// ran meanwhile) folds what they lack. Returns the events built or folded.
+    func buildBehindProjections(from minimum: Int64, progress: (Int64, Int64) -> Void) throws(IdreconError) -> Int64 {
+        do {
+            let lock = try LockFile(databasePath: path, name: "replay-lock")
+            defer { withExtendedLifetime(lock) {} }
+            while try pool.read({ db in try ProjectionEngine.bulkDue(db, from: minimum) }) {
+                if let report = try rebuild(config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, progress: progress) {
+                    return report.events
+                }
+            }
+            return try pool.write { db in try ProjectionEngine.catchUpLive(db, registry: projections) }
+        } catch let error as IdreconError {
+            throw error
+        } catch {
+            throw IdreconError(.storage, "building the projections of \(path) failed: \(IdreconError.describe(error))")
+        }
+    }
+
+    /// Events a replay folds in memory at a time.
+    public static let replayPartition = 500_000
+
     /// One rebuild; nil when a `forget` rewrote the log meanwhile (nothing was swapped).
     private func rebuild(
-        config newConfig: IdentityConfig?, verifyOnly: Bool, partitionSize: Int, progress: (Int64, Int64) -> Void
+        config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
+        let comparing = purpose != .catchUp
+        let verifyOnly = purpose == .verify
         // The live projections, caught up first, are what the rebuilt ones are compared with.
-        try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) }
+        if comparing { try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) } }
         var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
         for snapshot in [snapshots!.0, snapshots!.1] {
             // The scan reads each page once: a big page cache would only cost memory.
@@ -78,12 +104,14 @@ extension EventStore {
         // transaction would keep the WAL from being checkpointed).
         let held = Handoff(snapshots!.0)
         snapshots = nil
-        let liveDigests = Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation, registry: self.projections)) } }
+        let liveDigests = comparing
+            ? Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation, registry: self.projections)) } }
+            : nil
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
-        let liveAtSnapshot = try liveDigests.result().get()
+        let liveAtSnapshot = try liveDigests?.result().get() ?? [:]
         let (_, loaded) = try concurrently(
             { try pool.write { db in try builder.finish(db) } },
-            { try self.digestsOnReader(tables, names: tables.loadedNames) })
+            { comparing ? try self.digestsOnReader(tables, names: tables.loadedNames) : [:] })
         // Projections without a bulk load are folded as the live ones are, a chunk per transaction.
         let refolds = projections.projections.filter { $0.bulk == .refold }
         var refolded: Int64 = 0
@@ -106,22 +134,26 @@ extension EventStore {
             }
             let (cursor, caughtUpEvents) = try ProjectionEngine.catchUp(db, tables: tables, config: config, after: seen.lastSeq)
             let done = total + caughtUpEvents
-            // A writer's write-behind may have left the live projections behind the log:
-            // they are compared as they are once caught up.
-            let liveLagged = try ProjectionEngine.catchUpLive(db, registry: projections) > 0
+            var report = ReplayReport(events: done, seconds: 0, rebuilt: [:], live: [:], swapped: false)
+            if comparing {
+                // A writer's write-behind may have left the live projections behind the log:
+                // they are compared as they are once caught up.
+                let liveLagged = try ProjectionEngine.catchUpLive(db, registry: projections) > 0
+                let live = try ProjectionState.load(db, registry: projections).tables
+                // What changed since the digests above is digested again. The live tables cannot
+                // change while this transaction holds the write lock, so a reader digests them
+                // on the other core (unless this transaction changed them).
+                let caughtUp = cursor != seen.lastSeq
+                let rebuiltNames = caughtUp ? tables.names : tables.names.filter { loaded[$0] == nil }
+                let (rest, liveNow) = liveLagged
+                    ? (try ProjectionTables.digests(db, tables: tables, names: rebuiltNames), try ProjectionTables.digests(db, tables: live))
+                    : try concurrently(
+                        { try ProjectionTables.digests(db, tables: tables, names: rebuiltNames) },
+                        { now == seen ? liveAtSnapshot : try self.digestsOnReader(live, names: tables.names) })
+                report.rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
+                report.live = liveNow
+            }
             let state = try ProjectionState.load(db, registry: projections)
-            // What changed since the digests above is digested again. The live tables cannot
-            // change while this transaction holds the write lock, so a reader digests them
-            // on the other core (unless this transaction changed them).
-            let caughtUp = cursor != seen.lastSeq
-            let rebuiltNames = caughtUp ? tables.names : tables.names.filter { loaded[$0] == nil }
-            let (rest, liveNow) = liveLagged
-                ? (try ProjectionTables.digests(db, tables: tables, names: rebuiltNames), try ProjectionTables.digests(db, tables: state.tables))
-                : try concurrently(
-                    { try ProjectionTables.digests(db, tables: tables, names: rebuiltNames) },
-                    { now == seen ? liveAtSnapshot : try self.digestsOnReader(state.tables, names: tables.names) })
-            let rebuilt = caughtUp ? rest : rest.merging(loaded) { new, _ in new }
-            var report = ReplayReport(events: done, seconds: 0, rebuilt: rebuilt, live: liveNow, swapped: false)
             if verifyOnly {
                 try tables.drop(db)
             } else {
@@ -171,6 +203,18 @@ extension EventStore {
         guard try read({ db in try Self.rebuildPending(db) }) else { return }
         _ = try replay()
     }
+}
+
+/// Why the projections are rebuilt from the log.
+enum RebuildPurpose {
+    /// `replay`: rebuilt, compared with the live projections (caught up first), swapped in.
+    case replay
+    /// `replay --verify`: rebuilt and compared only.
+    case verify
+    /// The live projections are so far behind the log that building them anew costs less
+    /// than folding what they lack (`ProjectionEngine.bulkDue`): rebuilt and swapped in,
+    /// with nothing to compare.
+    case catchUp
 }
 
 /// What the live projections are a function of, besides the rules: the log's last event,

@@ -41,11 +41,13 @@ struct IngestCommand: AsyncParsableCommand {
         let started = Date()
         let summary: IngestSummary
         do {
-            summary = try ingestor.ingest(path: file) { p in
+            let building = SharedProgress()
+            summary = try ingestor.ingest(path: file, progress: { p in
                 // Lines read so far; the share of the file's bytes read gives the ETA.
                 progress.update("ingest", done: p.lines, total: nil, unit: "lines",
                                 progress: p.bytesTotal.map { $0 > 0 ? Double(p.bytesDone) / Double($0) : 1 })
-            }
+            }, building: { done, total in building.update("building projections", done: done, total: total, unit: "events") })
+            building.done()
         } catch {
             progress.done()
             throw error

@@ -286,6 +286,18 @@ struct ProgressLine {
     }
 }
 
+/// A `ProgressLine` that another thread draws (a pipeline's writer queue).
+final class SharedProgress: @unchecked Sendable {
+    private let lock = NSLock()
+    private var line = ProgressLine()
+
+    func update(_ what: String, done: Int64, total: Int64?, unit: String) {
+        lock.withLock { line.update(what, done: done, total: total, unit: unit) }
+    }
+
+    func done() { lock.withLock { line.done() } }
+}
+
 /// `--jwks`, `--require-token` and the token checks' settings (ingest, consume).
 struct TokenOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Verify every id_token of limited logins with this JWKS file (re-read on an unknown kid).", valueName: "file"))

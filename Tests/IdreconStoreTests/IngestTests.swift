@@ -6,6 +6,31 @@ import IdreconIngest
 import Testing
 
 @Suite struct IngestTests {
+    /// An ingest that doubles the log appends without the log's key indexes and builds the
+    /// projections in bulk; a writer killed in between leaves them to the next writer.
+    @Test func keyIndexesComeBackAfterABulkIngestAndAfterAKill() throws {
+        func keyIndexes(_ store: EventStore) throws -> [String] {
+            try store.read { db in
+                try String.fetchAll(db, sql: """
+                    SELECT name FROM sqlite_master WHERE name IN ('events_device', 'events_asid_login') ORDER BY name
+                    """)
+            }
+        }
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        var ingestor = FileIngestor(store: store, chunkSize: 2)
+        ingestor.bulkFrom = 1
+        _ = try ingestor.ingest(path: dir.write("a.jsonl", (1...5).map { eventLine("e\($0)") }))
+        #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
+        #expect(try store.logPosition().appliedSeq == 5)
+
+        // Killed after dropping them: the next writer to open the database builds them.
+        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
+        #expect(try keyIndexes(store) == [])
+        _ = try EventStore(path: dir.path("db.sqlite"))
+        #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
+    }
+
     @Test func duplicatesAreCountedAndConflictsQuarantined() throws {
         let dir = TempDir()
         let file = dir.write("a.jsonl", [
