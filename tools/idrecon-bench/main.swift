@@ -5,9 +5,30 @@ import IdreconStore
 /// `idrecon-bench raw-append FILE DB`: the storage module's raw append limit. Lines are
 /// read and validated outside the clock; only `EventStore.append` (projections off) is
 /// timed. Prints `{"events": N, "seconds": S}`.
+/// `idrecon-bench validate FILE`: validation alone on one thread (what each record costs
+/// before the writer sees it), the file read outside the clock. Prints
+/// `{"records": N, "seconds": S}`.
 let arguments = CommandLine.arguments
+if arguments.count == 3, arguments[1] == "validate" {
+    guard let data = FileManager.default.contents(atPath: arguments[2]) else {
+        FileHandle.standardError.write(Data("cannot read \(arguments[2])\n".utf8))
+        exit(2)
+    }
+    let lines = data.split(separator: 0x0A).map { Array($0) }
+    let clock = ContinuousClock()
+    var accepted = 0
+    let elapsed = clock.measure {
+        for (i, line) in lines.enumerated() {
+            let record = IncomingRecord(raw: line, origin: RecordOrigin(source: "bench", position: Int64(i + 1)))
+            if case .success = record.validation { accepted += 1 }
+        }
+    }
+    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    print("{\"records\": \(lines.count), \"accepted\": \(accepted), \"seconds\": \(seconds)}")
+    exit(0)
+}
 guard arguments.count == 4, arguments[1] == "raw-append" else {
-    FileHandle.standardError.write(Data("usage: idrecon-bench raw-append FILE DB\n".utf8))
+    FileHandle.standardError.write(Data("usage: idrecon-bench raw-append FILE DB | validate FILE\n".utf8))
     exit(2)
 }
 guard let handle = FileHandle(forReadingAtPath: arguments[2]) else {
