@@ -112,7 +112,7 @@ public struct FileIngestor: Sendable {
                 // The rest of the file, at the first chunk's bytes per line.
                 expected = true
                 let perLine = Double(lastOffset - startOffset) / Double(max(1, pending.count))
-                try writer.expect(events: Int64(min(Double(total - startOffset) / perLine, 1e15)))
+                writer.expect(events: Int64(min(Double(total - startOffset) / perLine, 1e15)))
             }
             let records = BatchValidator.validate(pending, tokens: tokens, maxRecordBytes: maxRecordBytes, oversized: oversized)
             oversized.removeAll()

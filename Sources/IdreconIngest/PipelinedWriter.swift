@@ -38,9 +38,10 @@ public final class PipelinedWriter: @unchecked Sendable {
     private let staleness: Double
     private let bulkFrom: Int64
     private let onBuild: (@Sendable (Int64, Int64) -> Void)?
-    /// Whether folds wait for a bulk build at the end (`expect(events:)`; set before the
-    /// first batch is submitted, read on the writer's queue).
+    /// Whether folds wait for a bulk build (`expect(events:)`), and the events the source
+    /// last said were still to come (both touched on the writer's queue only).
     private var deferring = false
+    private var backlog: Int64 = 0
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
     /// Whether a transaction was committed since the projections were last caught up
     /// (touched on the writer's queue only).
@@ -66,14 +67,21 @@ public final class PipelinedWriter: @unchecked Sendable {
         self.slots = Slots(depth)
     }
 
-    /// Tells the writer, before the first batch, how many events its source expects to
-    /// append: when that makes the projections due a bulk build, nothing is folded until
-    /// `finish` builds them. Returns whether it will.
-    @discardableResult
-    public func expect(events: Int64) throws(IdreconError) -> Bool {
-        let due = try store.prepareBulkBuild(from: bulkFrom, expecting: events)
-        queue.sync { deferring = due }
-        return due
+    /// Tells the writer how many more events its source expects to append (a file: its
+    /// estimate, before the first batch; a consumer: its backlog, with each batch). When
+    /// that makes the projections due a bulk build, nothing is folded while appending: they
+    /// are built once the source says it has caught up (less than a transaction to come),
+    /// when it is idle (`refresh`), or in `finish`.
+    public func expect(events: Int64) {
+        queue.async { [self] in
+            backlog = events
+            guard !deferring, lock.withLock({ failure == nil }) else { return }
+            do throws(IdreconError) {
+                deferring = try store.prepareBulkBuild(from: bulkFrom, expecting: events)
+            } catch {
+                stop(error)
+            }
+        }
     }
 
     /// Queues one batch; blocks while `depth` batches are already waiting.
@@ -131,6 +139,7 @@ public final class PipelinedWriter: @unchecked Sendable {
             if let last { committed = (last.position, last.records) }
             onCommit?(records, Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9)
         }
+        if deferring, backlog < transactionRecords { catchUp() }
     }
 
     /// Stops further writes after a failure; the submitter, unblocked, then sees it.

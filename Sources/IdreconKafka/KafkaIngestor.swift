@@ -32,6 +32,9 @@ public struct ConsumeOptions: Sendable {
     /// polls and validates, librdkafka's threads it starts, and the writer), so that a read API
     /// in the same process answers first when both want the cores.
     public var yieldToReaders = false
+    /// Events behind from which a backlog makes the projections be built in bulk
+    /// (`PipelinedWriter.expect(events:)`).
+    public var bulkFrom = EventStore.bulkCatchUpFrom
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -89,7 +92,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         self.options = options
         self.logger = logger
         writer = PipelinedWriter(store: store, depth: 2, transactionRecords: options.batchSize,
-                                 yielding: options.yieldToReaders, onCommit: options.onCommit)
+                                 yielding: options.yieldToReaders, bulkFrom: options.bulkFrom, onCommit: options.onCommit)
     }
 
     public static func source(topic: String, partition: Int32) -> String { "kafka:\(topic)/\(partition)" }
@@ -266,6 +269,7 @@ public final class KafkaIngestor: @unchecked Sendable {
         let records = BatchValidator.validate(pending, tokens: options.tokens, maxRecordBytes: options.maxRecordBytes)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
+        writer.expect(events: backlog)
         try writer.submit(records, positions: positions) // waits for the batch before: it is committed now
         if options.commitToKafka, let rk { commitToKafka(rk, inFlightOffsets) }
         inFlightOffsets = nextOffsets
@@ -273,6 +277,15 @@ public final class KafkaIngestor: @unchecked Sendable {
         logger.debug("batch submitted", metadata: ["records": "\(pending.count)"])
         pending.removeAll(keepingCapacity: true)
         nextOffsets.removeAll()
+    }
+
+    /// Records still to read in the assigned partitions, by the ends last reported (a
+    /// partition not read yet counts from where it was last read, or not at all).
+    private var backlog: Int64 {
+        assigned.reduce(0) { sum, partition in
+            guard let end = summary.endOffsets[partition], let read = summary.readOffsets[partition] else { return sum }
+            return sum + max(0, end - read)
+        }
     }
 
     /// Commits the open batch and waits until everything handed to the writer is in SQLite.

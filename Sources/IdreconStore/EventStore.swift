@@ -209,7 +209,9 @@ public final class EventStore: Sendable {
     /// a bulk build (`ProjectionEngine.bulkDue`), the log's key indexes are dropped until
     /// `catchUpProjections` (`LogKeys.suspendIndexes`). Returns whether they will be.
     public func prepareBulkBuild(from minimum: Int64, expecting expected: Int64) throws(IdreconError) -> Bool {
-        try write { db in
+        // Asked with every batch of a consumer: a read, and a write only when due.
+        guard try read({ db in try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) }) else { return false }
+        return try write { db in
             guard try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) else { return false }
             try LogKeys.suspendIndexes(db)
             return true

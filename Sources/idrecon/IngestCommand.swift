@@ -19,6 +19,7 @@ struct IngestCommand: AsyncParsableCommand {
     @OptionGroup var output: FormatOptions
     @OptionGroup var tokens: TokenOptions
     @OptionGroup var limits: RecordOptions
+    @OptionGroup var bulk: BulkOptions
 
     @Argument(help: ArgumentHelp("JSON-lines file, or - for standard input.", valueName: "file"))
     var file: String
@@ -35,8 +36,9 @@ struct IngestCommand: AsyncParsableCommand {
             throw IdreconError(.input, "cannot read \(file): no such readable file")
         }
         let store = try EventStore(path: global.databasePath)
-        let ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(database: global),
+        var ingestor = FileIngestor(store: store, batchSize: batchSize, tokens: try tokens.verifier(database: global),
                                     maxRecordBytes: limits.maxRecordBytes)
+        ingestor.bulkFrom = bulk.threshold
         var progress = ProgressLine()
         let started = Date()
         let summary: IngestSummary

@@ -85,6 +85,7 @@ struct ConsumeCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
     @OptionGroup var tokens: TokenOptions
     @OptionGroup var limits: RecordOptions
+    @OptionGroup var bulk: BulkOptions
     @Option(help: "Kafka bootstrap servers (host:port,…; default: $IDRECON_BROKERS); not with --embedded.")
     var brokers: String?
     @Option(help: "Topic to consume (default: $IDRECON_TOPIC, else login-events).") var topic: String?
@@ -176,6 +177,7 @@ struct ConsumeCommand: AsyncParsableCommand {
         options.exitAtEnd = exitAtEnd
         options.tokens = try tokens.verifier(database: global)
         options.maxRecordBytes = limits.maxRecordBytes
+        options.bulkFrom = bulk.threshold
         options.rebind = rebind
         if cluster != nil { options.clusterIdentity = "embedded" }
         logger.info("starting", metadata: ["version": "\(IdreconVersion.number)", "commit": "\(IdreconVersion.commit)"])

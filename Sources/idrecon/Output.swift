@@ -325,6 +325,24 @@ struct TokenOptions: ParsableArguments {
 }
 
 /// Limits on what one record may be, for the commands that read records.
+/// `--bulk-from` (ingest, consume): when the projections are built in bulk.
+struct BulkOptions: ParsableArguments {
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Build the projections anew in bulk, instead of folding as events arrive, when the input (a file, or a "
+                + "consumer's backlog) would leave them at least this many events behind and at least double the log; "
+                + "0 never does (README, \"Bulk build\").", valueName: "events"))
+    var bulkFrom: Int64 = EventStore.bulkCatchUpFrom
+
+    func validate() throws {
+        guard bulkFrom >= 0 else { throw ValidationError("--bulk-from must be 0 (never) or a number of events") }
+    }
+
+    /// The pipelines' threshold: never is the largest.
+    var threshold: Int64 { bulkFrom == 0 ? .max : bulkFrom }
+}
+
 struct RecordOptions: ParsableArguments {
     @Option(
         parsing: .unconditional,

@@ -1,5 +1,6 @@
 import EventGenerator
 import Foundation
+import GRDB
 import IdreconDomain
 import IdreconKafka
 import IdreconStore
@@ -107,6 +108,22 @@ struct Outcome: Equatable {
         // Run again: nothing new.
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
         #expect(try Outcome(db: db) == got)
+    }
+
+    /// A backlog that at least doubles the log is appended first, and the projections are
+    /// built in bulk once the consumer has caught up: the same as folding them as it goes.
+    @Test func backlogIsBuiltInBulk() throws {
+        let s = Scratch()
+        let cluster = try cluster(partitions: 4)
+        let db = s.path("k.sqlite")
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db, extra: ["--bulk-from", "1"])) == 0)
+        #expect(try Outcome(db: db) == reference(s))
+        let generation = try DatabaseQueue(path: db).read { db in try Int.fetchOne(db, sql: "SELECT generation FROM projection_meta") }
+        #expect(generation == 2) // one build replaced the first generation
+        let keyIndexes = try DatabaseQueue(path: db).read { db in
+            try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name IN ('events_device', 'events_asid_login')")
+        }
+        #expect(keyIndexes == 2)
     }
 
     /// `IDRECON_BROKERS`, `IDRECON_TOPIC` and `IDRECON_GROUP` stand in for the flags (as the
