@@ -18,6 +18,9 @@ public final class EventStore: Sendable {
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
     static let pageCacheKiB = 32768
 
+    /// Helper threads SQLite may start for one sort (`PRAGMA threads`): one per core.
+    static let sortThreads = min(8, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
     /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.
     public convenience init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(IdreconError) {
@@ -98,6 +101,9 @@ public final class EventStore: Sendable {
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 8192")
+            // Index builds and large sorts sort on both cores (10M events: the log's key index
+            // 11.3-13.6 s -> 7.2-7.7 s).
+            try db.execute(sql: "PRAGMA threads = \(EventStore.sortThreads)")
         }
         return config
     }

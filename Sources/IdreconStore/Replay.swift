@@ -28,9 +28,7 @@ extension EventStore {
         config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = replayPartition,
         progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(IdreconError) -> ReplayReport {
-        do {
-            let lock = try LockFile(databasePath: path, name: "replay-lock", waiting: waiting)
-            defer { withExtendedLifetime(lock) {} }
+        try holdingReplayLock("replay failed on \(path)", waiting: waiting) {
             let started = Date()
             while true {
                 let purpose: RebuildPurpose = verifyOnly ? .verify : .replay
@@ -40,10 +38,6 @@ extension EventStore {
                     return report
                 }
             }
-        } catch let error as IdreconError {
-            throw error
-        } catch {
-            throw IdreconError(.storage, "replay failed on \(path): \(IdreconError.describe(error))")
         }
     }
 
@@ -51,19 +45,27 @@ extension EventStore {
     /// nothing, while a bulk build is due (`ProjectionEngine.bulkDue`); otherwise (a replay
     /// ran meanwhile) folds what they lack. Returns the events built or folded.
     func buildBehindProjections(from minimum: Int64, progress: (Int64, Int64) -> Void) throws(IdreconError) -> Int64 {
-        do {
-            let lock = try LockFile(databasePath: path, name: "replay-lock")
-            defer { withExtendedLifetime(lock) {} }
+        try holdingReplayLock("building the projections of \(path) failed") {
             while try pool.read({ db in try ProjectionEngine.bulkDue(db, from: minimum) }) {
                 if let report = try rebuild(config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, progress: progress) {
                     return report.events
                 }
             }
             return try pool.write { db in try ProjectionEngine.catchUpLive(db, registry: projections) }
+        }
+    }
+
+    /// Runs `body` holding the database's replay lock (one rebuild at a time; another waits,
+    /// calling `waiting` first); a failure that is not ours is a storage error after `failed`.
+    private func holdingReplayLock<T>(_ failed: String, waiting: () -> Void = {}, _ body: () throws -> T) throws(IdreconError) -> T {
+        do {
+            let lock = try LockFile(databasePath: path, name: "replay-lock", waiting: waiting)
+            defer { withExtendedLifetime(lock) {} }
+            return try body()
         } catch let error as IdreconError {
             throw error
         } catch {
-            throw IdreconError(.storage, "building the projections of \(path) failed: \(IdreconError.describe(error))")
+            throw IdreconError(.storage, "\(failed): \(IdreconError.describe(error))")
         }
     }
 
