@@ -43,9 +43,10 @@ public final class PipelinedWriter: @unchecked Sendable {
     private var deferring = false
     private var backlog: Int64 = 0
     private var caughtUpAt = DispatchTime.now().uptimeNanoseconds
-    /// Whether a transaction was committed since the projections were last caught up
-    /// (touched on the writer's queue only).
-    private var behind = false
+    /// Whether the projections may be behind the log (touched on the writer's queue only):
+    /// at first they may, since a writer killed before its catch-up (or its bulk build) left
+    /// them so, and a run that appends nothing must still bring them up.
+    private var behind = true
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
     /// `yielding`: the writer runs at the lowest CPU priority (see `ThreadPriority`).

@@ -24,6 +24,15 @@ import Testing
         #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
         #expect(try store.logPosition().appliedSeq == 5)
 
+        // Projections left behind (a writer killed before its catch-up or build): running the
+        // same ingest again, which appends nothing, brings them up.
+        var taken = false
+        let more = BatchValidator.validate((6...8).map { (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0))) })
+        _ = try store.appendBatches(projectionLag: .max) { defer { taken = true }; return taken ? nil : (more, []) }
+        #expect(try store.logPosition().appliedSeq == 5)
+        _ = try ingestor.ingest(path: dir.path("a.jsonl"))
+        #expect(try store.logPosition().appliedSeq == 8)
+
         // Killed after dropping them: the next writer to open the database builds them.
         #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
         #expect(try keyIndexes(store) == [])
