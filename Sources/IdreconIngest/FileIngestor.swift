@@ -36,8 +36,8 @@ public struct FileIngestor: Sendable {
     /// Longer lines are quarantined as `malformed_json` without being held in memory.
     public var maxRecordBytes: Int
     /// Events behind the log from which the projections are built in bulk
-    /// (`PipelinedWriter.expect(events:)`).
-    public var bulkFrom = EventStore.bulkCatchUpFrom
+    /// (`PipelinedWriter.expect(events:)`; nil: never).
+    public var bulkFrom: Int64? = EventStore.bulkCatchUpFrom
 
     public init(store: EventStore, batchSize: Int = 64000, chunkSize: Int = FileIngestor.defaultChunkSize, tokens: TokenVerifier? = nil,
                 maxRecordBytes: Int = RecordSize.defaultLimit) {

@@ -36,7 +36,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     private let onCommit: (@Sendable (Int, Double) -> Void)?
     private let yielding: Bool
     private let staleness: Double
-    private let bulkFrom: Int64
+    private let bulkFrom: Int64?
     private let onBuild: (@Sendable (Int64, Int64) -> Void)?
     /// Whether folds wait for a bulk build (`expect(events:)`), and the events the source
     /// last said were still to come (both touched on the writer's queue only).
@@ -50,11 +50,11 @@ public final class PipelinedWriter: @unchecked Sendable {
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
     /// `yielding`: the writer runs at the lowest CPU priority (see `ThreadPriority`).
-    /// `bulkFrom`: events behind from which a bulk build is considered; `onBuild` is called
-    /// with its progress (events built, of the log's).
+    /// `bulkFrom`: events behind from which a bulk build is considered (nil: never);
+    /// `onBuild` is called with its progress (events built, of the log's).
     public init(
         store: EventStore, depth: Int = 2, transactionRecords: Int, staleness: Double = 10, yielding: Bool = false,
-        bulkFrom: Int64 = EventStore.bulkCatchUpFrom, onCommit: (@Sendable (Int, Double) -> Void)? = nil,
+        bulkFrom: Int64? = EventStore.bulkCatchUpFrom, onCommit: (@Sendable (Int, Double) -> Void)? = nil,
         onBuild: (@Sendable (Int64, Int64) -> Void)? = nil
     ) {
         self.store = store
@@ -76,7 +76,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     public func expect(events: Int64) {
         queue.async { [self] in
             backlog = events
-            guard !deferring, lock.withLock({ failure == nil }) else { return }
+            guard let bulkFrom, !deferring, lock.withLock({ failure == nil }) else { return }
             do throws(IdreconError) {
                 deferring = try store.prepareBulkBuild(from: bulkFrom, expecting: events)
             } catch {

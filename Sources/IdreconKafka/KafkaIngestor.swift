@@ -33,8 +33,8 @@ public struct ConsumeOptions: Sendable {
     /// in the same process answers first when both want the cores.
     public var yieldToReaders = false
     /// Events behind from which a backlog makes the projections be built in bulk
-    /// (`PipelinedWriter.expect(events:)`).
-    public var bulkFrom = EventStore.bulkCatchUpFrom
+    /// (`PipelinedWriter.expect(events:)`; nil: never).
+    public var bulkFrom: Int64? = EventStore.bulkCatchUpFrom
 
     public init(brokers: String, topic: String, group: String) {
         self.brokers = brokers
@@ -279,8 +279,8 @@ public final class KafkaIngestor: @unchecked Sendable {
         nextOffsets.removeAll()
     }
 
-    /// Records still to read in the assigned partitions, by the ends last reported (a
-    /// partition not read yet counts from where it was last read, or not at all).
+    /// Records still to read in the assigned partitions, by the ends last reported; a
+    /// partition with no end or position known yet counts nothing.
     private var backlog: Int64 {
         assigned.reduce(0) { sum, partition in
             guard let end = summary.endOffsets[partition], let read = summary.readOffsets[partition] else { return sum }

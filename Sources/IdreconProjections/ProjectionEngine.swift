@@ -180,8 +180,8 @@ extension ProjectionEngine {
             """)
         guard let row else { return false }
         let (last, applied, feeds): (Int64, Int64, Int64) = (row[0], row[1], row[2])
-        let (pending, overflow) = (last - applied).addingReportingOverflow(max(0, expected))
-        return feeds == 0 && (overflow || pending >= max(1, minimum, applied))
+        let (sum, overflow) = (last - applied).addingReportingOverflow(max(0, expected))
+        return feeds == 0 && (overflow ? .max : sum) >= max(1, minimum, applied)
     }
 }
 

@@ -324,7 +324,6 @@ struct TokenOptions: ParsableArguments {
     }
 }
 
-/// Limits on what one record may be, for the commands that read records.
 /// `--bulk-from` (ingest, consume): when the projections are built in bulk.
 struct BulkOptions: ParsableArguments {
     @Option(
@@ -339,10 +338,11 @@ struct BulkOptions: ParsableArguments {
         guard bulkFrom >= 0 else { throw ValidationError("--bulk-from must be 0 (never) or a number of events") }
     }
 
-    /// The pipelines' threshold: never is the largest.
-    var threshold: Int64 { bulkFrom == 0 ? .max : bulkFrom }
+    /// The pipelines' threshold; nil never builds in bulk.
+    var threshold: Int64? { bulkFrom == 0 ? nil : bulkFrom }
 }
 
+/// Limits on what one record may be, for the commands that read records.
 struct RecordOptions: ParsableArguments {
     @Option(
         parsing: .unconditional,

@@ -93,7 +93,7 @@ let denseConfig = IdentityConfig(maxASIDsPerKey: 3)
             func generation(_ store: EventStore) -> Int {
                 try! store.read { db in try Int.fetchOne(db, sql: "SELECT generation FROM projection_meta") ?? 0 }
             }
-            for (store, from) in [(bulk, Int64(1)), (folded, Int64.max)] {
+            for (store, from) in [(bulk, Int64?(1)), (folded, nil)] {
                 _ = try! store.replay(config: denseConfig)
                 for file in files {
                     var ingestor = FileIngestor(store: store, batchSize: batch, chunkSize: 25)
