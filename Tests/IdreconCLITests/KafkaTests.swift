@@ -119,7 +119,10 @@ struct Outcome: Equatable {
         #expect(wait(try startConsumer(cluster, topic: "t", db: db, extra: ["--bulk-from", "1"])) == 0)
         #expect(try Outcome(db: db) == reference(s))
         let generation = try DatabaseQueue(path: db).read { db in try Int.fetchOne(db, sql: "SELECT generation FROM projection_meta") }
-        #expect(generation == 2) // one build replaced the first generation
+        // At least one build replaced the first generation; a backlog seen partly (ends of some
+        // partitions not fetched yet) may end a deferral early and start another, as the
+        // doubling rule allows.
+        #expect((generation ?? 0) >= 2)
         let keyIndexes = try DatabaseQueue(path: db).read { db in
             try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name IN ('events_device', 'events_asid_login')")
         }
