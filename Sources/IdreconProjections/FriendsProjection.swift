@@ -128,20 +128,73 @@ enum FriendsProjection: Projection {
 
     // MARK: Bulk
 
-    /// Writes a partition's snapshots, the edges they name and the mentions (replay), in
-    /// key order. Edges and mentions are merged into what earlier partitions wrote (an edge
-    /// or mention can come from any partition).
+    /// Writes a partition's snapshots (replay), in key order, and the edges they name and the
+    /// mentions: into the tables when the replay has one partition, else into `spill`, which
+    /// writes them once every partition has added its own (`BulkSpill`).
     static func writeBulk(
-        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], _ db: Database, _ t: ProjectionTables
+        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], _ db: Database, _ t: ProjectionTables,
+        spill: BulkSpill?
     ) throws {
         let rows = try Rows(db, t)
         var edges: [Edge: Sides] = [:]
         for (asid, snapshot) in snapshots.sorted(by: { $0.asid < $1.asid }) {
             try rows.write(asid, snapshot, stored: false)
-            for friend in snapshot.effective { set(&edges, from: asid, to: friend, true) }
+            for friend in snapshot.effective {
+                if let spill { try spill.add(edge: Edge(asid, friend), from: asid) } else { set(&edges, from: asid, to: friend, true) }
+            }
             try writeIfFull(&edges, rows)
         }
-        try write(edges: edges, mentions: mentions, rows)
+        guard let spill else { return try write(edges: edges, mentions: mentions, rows) }
+        for (friend, first) in mentions { try spill.add(mention: friend, first) }
+    }
+
+    /// The edges and mentions of a replay with several partitions, each spilled to the
+    /// partition that owns its key (an edge by its `a`, a mention by its ASID) and written
+    /// after every partition has added its own, a partition at a time in key order. An edge
+    /// or a mention can come from any partition: merged into the tables as each partition
+    /// brought them, they were upserts all over tables that grow with the log (at 10M events
+    /// a third of the replay's load).
+    final class BulkSpill: @unchecked Sendable {
+        private let ranges: KeyRanges
+        private var edges: [SpillFile?], mentions: [SpillFile?]
+
+        init(ranges: KeyRanges, partitions: Int, directory: String) throws {
+            self.ranges = ranges
+            edges = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+            mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+        }
+
+        /// `from`'s snapshot names the other side of `edge`.
+        func add(edge: Edge, from: String) throws {
+            try edges[ranges.partition(asid: edge.a)]?.append { out in
+                out.add(edge.a); out.add(edge.b); out.add(UInt8(edge.a == from ? 1 : 0))
+            }
+        }
+
+        func add(mention friend: String, _ first: EventKey) throws {
+            try mentions[ranges.partition(asid: friend)]?.append { out in out.add(friend); out.add(first.at); out.add(first.eventID) }
+        }
+
+        /// Writes `partition`'s edges (the sides merged) and mentions (the earliest of each)
+        /// and deletes their files. Edges are held `edgeBatch` at a time; the batches of one
+        /// partition merge into a range of the table the previous batch has just written.
+        func write(_ partition: Int, _ db: Database, _ t: ProjectionTables) throws {
+            let rows = try Rows(db, t)
+            var batch: [Edge: Sides] = [:]
+            try edges[partition]?.forEach { row in
+                let edge = Edge(row.string(), row.string())
+                if row.byte() == 1 { batch[edge, default: (nil, nil)].byA = true } else { batch[edge, default: (nil, nil)].byB = true }
+                try writeIfFull(&batch, rows)
+            }
+            edges[partition] = nil
+            var firsts: [String: EventKey] = [:]
+            try mentions[partition]?.forEach { row in
+                let friend = row.string()
+                lower(&firsts, friend, to: EventKey(at: row.int(), eventID: row.string()))
+            }
+            mentions[partition] = nil
+            try FriendsProjection.write(edges: batch, mentions: firsts, rows)
+        }
     }
 
     // MARK: Rows

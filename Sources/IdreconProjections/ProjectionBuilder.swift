@@ -72,7 +72,7 @@ package struct ProjectionBuilder {
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
             let devices = Self.fold(devices: facts.takeDevices(), takeAll(&otherDevices))
-            progress(try write(facts, devices: { devices }, into: pool))
+            progress(try write(facts, devices: { devices }, into: pool, friends: nil))
         case .spilled(let first, let second, let partitions):
             // A partition's logins are read back and aggregated on the other core while the
             // previous partition's rows are written (the writer is the one busy thread).
@@ -84,6 +84,7 @@ package struct ProjectionBuilder {
                     return Handoff(facts)
                 }
             }
+            let friends = try FriendsProjection.BulkSpill(ranges: first.ranges, partitions: partitions, directory: first.directory)
             var done: Int64 = 0
             var next = logins(0)
             for partition in 0..<partitions {
@@ -92,16 +93,20 @@ package struct ProjectionBuilder {
                 }
                 let facts = try next.result().get().take()
                 if partition + 1 < partitions { next = logins(partition + 1) }
-                done += try write(facts, devices: { try devices.result().get() }, into: pool)
+                done += try write(facts, devices: { try devices.result().get() }, into: pool, friends: friends)
                 progress(done)
             }
+            for partition in 0..<partitions { try pool.write { db in try friends.write(partition, db, tables) } }
         }
     }
 
     /// Folds one partition's ASIDs and loads their rows and then the devices' (`devices`
-    /// waits for them if they are being folded on the other core). Returns the
+    /// waits for them if they are being folded on the other core); friend edges and
+    /// mentions go to `friends` when there is more than one partition. Returns the
     /// partition's events.
-    private func write(_ facts: consuming Facts, devices: () throws -> FoldedDevices, into pool: DatabasePool) throws -> Int64 {
+    private func write(
+        _ facts: consuming Facts, devices: () throws -> FoldedDevices, into pool: DatabasePool, friends: FriendsProjection.BulkSpill?
+    ) throws -> Int64 {
         var output = PartitionOutput()
         fold(asids: facts.asids, into: &output)
         output.mentions = facts.mentions
@@ -112,7 +117,7 @@ package struct ProjectionBuilder {
             // are built after them.
             try IdentitiesProjection.writeBulk(takeAll(&output.asids), db, tables)
             try AccessProjection.writeBulk(takeAll(&output.access), upTo: lastSeq, db, tables)
-            try FriendsProjection.writeBulk(snapshots: takeAll(&output.snapshots), mentions: output.mentions, db, tables)
+            try FriendsProjection.writeBulk(snapshots: takeAll(&output.snapshots), mentions: output.mentions, db, tables, spill: friends)
             output.mentions = [:]
             (output.devices, events) = try devices()
             let rows = try DevicesProjection.Rows(db, tables)
@@ -242,6 +247,9 @@ package struct ProjectionBuilder {
         // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
+        /// The partitions' key ranges, and where the files are.
+        let ranges: KeyRanges
+        let directory: String
 
         init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
@@ -260,7 +268,7 @@ package struct ProjectionBuilder {
                     if login.limited { out.add(login.app); out.add(login.device) }
                 }
             })
-            (self.devices, self.logins) = (devices, logins)
+            (self.devices, self.logins, self.ranges, self.directory) = (devices, logins, ranges, directory)
         }
 
         /// The spilled device events of `partition`; deletes their file.
