@@ -71,8 +71,12 @@ enum FriendsProjection: Projection {
 
     /// Lowers a mention to the earlier of two.
     static func lower(_ mentions: inout [String: EventKey], _ friend: String, to key: EventKey) {
-        if let known = mentions[friend], known < key { return }
-        mentions[friend] = key
+        lower(&mentions[friend, default: key], to: key)
+    }
+
+    /// Lowers a stored mention to `key` if that is earlier (one dictionary lookup, in place).
+    static func lower(_ first: inout EventKey, to key: EventKey) {
+        if key < first { first = key }
     }
 
     // MARK: Live
@@ -175,25 +179,41 @@ enum FriendsProjection: Projection {
             try mentions[ranges.partition(asid: friend)]?.append { out in out.add(friend); out.add(first.at); out.add(first.eventID) }
         }
 
-        /// Writes `partition`'s edges (the sides merged) and mentions (the earliest of each)
-        /// and deletes their files. Edges are held `edgeBatch` at a time; the batches of one
-        /// partition merge into a range of the table the previous batch has just written.
-        func write(_ partition: Int, _ db: Database, _ t: ProjectionTables) throws {
+        /// Edge sides and mentions ready to be written, each key once, in key order.
+        struct Batch: Sendable {
+            var edges: [(key: Edge, value: Sides)] = []
+            var mentions: [(key: String, value: EventKey)] = []
+        }
+
+        /// Reads the partitions' edges (the sides merged) and mentions (the earliest of each)
+        /// in partition order, deleting their files, and sends them in batches of at most
+        /// `edgeBatch` edges; the batches of one partition merge into the range of the table
+        /// the previous batch has just written.
+        func read(_ send: (Batch) throws -> Void) throws {
+            for partition in edges.indices {
+                var edgeSides: [Edge: Sides] = [:]
+                try edges[partition]?.forEach { row in
+                    let edge = Edge(row.string(), row.string())
+                    if row.byte() == 1 { edgeSides[edge, default: (nil, nil)].byA = true } else { edgeSides[edge, default: (nil, nil)].byB = true }
+                    guard edgeSides.count >= edgeBatch else { return }
+                    try send(Batch(edges: edgeSides.sorted { $0.key < $1.key }))
+                    edgeSides.removeAll(keepingCapacity: true)
+                }
+                edges[partition] = nil
+                var firsts: [String: EventKey] = [:]
+                try mentions[partition]?.forEach { row in
+                    let friend = row.string(), key = EventKey(at: row.int(), eventID: row.string())
+                    FriendsProjection.lower(&firsts[friend, default: key], to: key)
+                }
+                mentions[partition] = nil
+                try send(Batch(edges: edgeSides.sorted { $0.key < $1.key }, mentions: firsts.sorted { $0.key < $1.key }))
+            }
+        }
+
+        static func write(_ batch: Batch, _ db: Database, _ t: ProjectionTables) throws {
             let rows = try Rows(db, t)
-            var batch: [Edge: Sides] = [:]
-            try edges[partition]?.forEach { row in
-                let edge = Edge(row.string(), row.string())
-                if row.byte() == 1 { batch[edge, default: (nil, nil)].byA = true } else { batch[edge, default: (nil, nil)].byB = true }
-                try writeIfFull(&batch, rows)
-            }
-            edges[partition] = nil
-            var firsts: [String: EventKey] = [:]
-            try mentions[partition]?.forEach { row in
-                let friend = row.string()
-                lower(&firsts, friend, to: EventKey(at: row.int(), eventID: row.string()))
-            }
-            mentions[partition] = nil
-            try FriendsProjection.write(edges: batch, mentions: firsts, rows)
+            for (edge, sides) in batch.edges { try rows.setSides(edge, sides) }
+            for (friend, first) in batch.mentions { try rows.mention(friend, first) }
         }
     }
 

@@ -96,7 +96,11 @@ package struct ProjectionBuilder {
                 done += try write(facts, devices: { try devices.result().get() }, into: pool, friends: friends)
                 progress(done)
             }
-            for partition in 0..<partitions { try pool.write { db in try friends.write(partition, db, tables) } }
+            // The friend edges and mentions are read and merged on the other core while the
+            // previous batch is written.
+            let batches = Relay<FriendsProjection.BulkSpill.Batch> { send in try friends.read(send) }
+            defer { batches.cancel() }
+            while let batch = try batches.next() { try pool.write { db in try FriendsProjection.BulkSpill.write(batch, db, tables) } }
         }
     }
 
@@ -431,6 +435,56 @@ package final class Background<T>: @unchecked Sendable {
         finished.wait()
         defer { finished.signal() } // for the next caller
         return outcome!
+    }
+}
+
+/// Values produced on another thread and taken in order by the caller: at most one waits
+/// while the next is produced, so a producer of large values holds two at a time.
+package final class Relay<T>: @unchecked Sendable {
+    private var slot: T?
+    private var failure: (any Error)?
+    private var cancelled = false
+    // Both start at 0 (libdispatch traps on freeing a semaphore below its initial value);
+    // `init` signals `emptied` once: the slot starts empty.
+    private let filled = DispatchSemaphore(value: 0), emptied = DispatchSemaphore(value: 0)
+
+    /// Starts `produce`, which sends each value (a send waits until the previous was taken).
+    package init(_ produce: @escaping (_ send: (T) throws -> Void) throws -> Void) {
+        let work = UncheckedWork<Void> {
+            try produce { value in
+                self.emptied.wait()
+                guard !self.cancelled else { throw CancellationError() }
+                self.slot = value
+                self.filled.signal()
+            }
+        }
+        emptied.signal()
+        DispatchQueue.global().async {
+            do { try work.run() } catch { self.failure = error }
+            // The end is an empty slot, once the last value was taken (a cancelled caller
+            // takes none: `cancel` has already let a send go on).
+            if !self.cancelled { self.emptied.wait() }
+            self.filled.signal()
+        }
+    }
+
+    /// The next value; nil when the producer has finished (its error, if it failed).
+    package func next() throws -> T? {
+        filled.wait()
+        guard let value = slot else {
+            filled.signal() // every later call sees the end too
+            if let failure, !(failure is CancellationError) { throw failure }
+            return nil
+        }
+        slot = nil
+        emptied.signal()
+        return value
+    }
+
+    /// Stops the producer at its next send (the caller stopped taking values).
+    package func cancel() {
+        cancelled = true
+        emptied.signal()
     }
 }
 
