@@ -171,7 +171,7 @@ enum FriendsProjection: Projection {
         /// `from`'s snapshot names the other side of `edge`.
         func add(edge: Edge, from: String) throws {
             try edges[ranges.partition(asid: edge.a)]?.append { out in
-                out.add(edge.a); out.add(edge.b); out.add(UInt8(edge.a == from ? 1 : 0))
+                out.add(edge.a); out.add(edge.b); out.add(UInt8(edge.a.sameBytes(as: from) ? 1 : 0))
             }
         }
 

@@ -25,6 +25,7 @@ struct Idrecon: AsyncParsableCommand {
 enum Main {
     static func main() async {
         MemoryPolicy.apply()
+        FileLimit.raise()
         do {
             // `--embedded=N` is `--embedded` with N partitions.
             let arguments = CommandLine.arguments.dropFirst().flatMap { argument -> [String] in
