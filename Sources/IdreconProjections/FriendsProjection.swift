@@ -132,9 +132,10 @@ enum FriendsProjection: Projection {
 
     // MARK: Bulk
 
-    /// Writes a partition's snapshots (replay), in key order, and the edges they name and the
-    /// mentions: into the tables when the replay has one partition, else into `spill`, which
-    /// writes them once every partition has added its own (`BulkSpill`).
+    /// Writes a partition's snapshots and mentions (replay), in key order, and the edges the
+    /// snapshots name: into the table when the replay has one partition, else into `spill`,
+    /// which writes them once every partition has added its own (`BulkSpill`). A partition's
+    /// mentions are those of its ASIDs (`ProjectionBuilder.SpilledFacts` routes them).
     static func writeBulk(
         snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], _ db: Database, _ t: ProjectionTables,
         spill: BulkSpill?
@@ -148,24 +149,21 @@ enum FriendsProjection: Projection {
             }
             try writeIfFull(&edges, rows)
         }
-        guard let spill else { return try write(edges: edges, mentions: mentions, rows) }
-        for (friend, first) in mentions { try spill.add(mention: friend, first) }
+        try write(edges: edges, mentions: mentions, rows)
     }
 
-    /// The edges and mentions of a replay with several partitions, each spilled to the
-    /// partition that owns its key (an edge by its `a`, a mention by its ASID) and written
-    /// after every partition has added its own, a partition at a time in key order. An edge
-    /// or a mention can come from any partition: merged into the tables as each partition
-    /// brought them, they were upserts all over tables that grow with the log (at 10M events
-    /// a third of the replay's load).
+    /// The edges of a replay with several partitions, each spilled to the partition that
+    /// owns its `a` and written after every partition has added its own, a partition at a
+    /// time in key order. An edge can come from the snapshot of either side, in any
+    /// partition: merged into the table as each partition brought them, they were upserts
+    /// all over a table that grows with the log (at 10M events a third of the replay's load).
     final class BulkSpill: @unchecked Sendable {
         private let ranges: KeyRanges
-        private var edges: [SpillFile?], mentions: [SpillFile?]
+        private var edges: [SpillFile?]
 
         init(ranges: KeyRanges, partitions: Int, directory: String) throws {
             self.ranges = ranges
             edges = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
-            mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
         }
 
         /// `from`'s snapshot names the other side of `edge`.
@@ -175,20 +173,12 @@ enum FriendsProjection: Projection {
             }
         }
 
-        func add(mention friend: String, _ first: EventKey) throws {
-            try mentions[ranges.partition(asid: friend)]?.append { out in out.add(friend); out.add(first.at); out.add(first.eventID) }
-        }
+        /// Edge sides ready to be written, each edge once, in key order.
+        typealias Batch = [(key: Edge, value: Sides)]
 
-        /// Edge sides and mentions ready to be written, each key once, in key order.
-        struct Batch: Sendable {
-            var edges: [(key: Edge, value: Sides)] = []
-            var mentions: [(key: String, value: EventKey)] = []
-        }
-
-        /// Reads the partitions' edges (the sides merged) and mentions (the earliest of each)
-        /// in partition order, deleting their files, and sends them in batches of at most
-        /// `edgeBatch` edges; the batches of one partition merge into the range of the table
-        /// the previous batch has just written.
+        /// Reads the partitions' edges (the sides merged) in partition order, deleting their
+        /// files, and sends them in batches of at most `edgeBatch`; the batches of one
+        /// partition merge into the range of the table the previous batch has just written.
         func read(_ send: (Batch) throws -> Void) throws {
             for partition in edges.indices {
                 var edgeSides: [Edge: Sides] = [:]
@@ -196,24 +186,17 @@ enum FriendsProjection: Projection {
                     let edge = Edge(row.string(), row.string())
                     if row.byte() == 1 { edgeSides[edge, default: (nil, nil)].byA = true } else { edgeSides[edge, default: (nil, nil)].byB = true }
                     guard edgeSides.count >= edgeBatch else { return }
-                    try send(Batch(edges: edgeSides.sorted { $0.key < $1.key }))
+                    try send(edgeSides.sorted { $0.key < $1.key })
                     edgeSides.removeAll(keepingCapacity: true)
                 }
                 edges[partition] = nil
-                var firsts: [String: EventKey] = [:]
-                try mentions[partition]?.forEach { row in
-                    let friend = row.string(), key = EventKey(at: row.int(), eventID: row.string())
-                    FriendsProjection.lower(&firsts[friend, default: key], to: key)
-                }
-                mentions[partition] = nil
-                try send(Batch(edges: edgeSides.sorted { $0.key < $1.key }, mentions: firsts.sorted { $0.key < $1.key }))
+                if !edgeSides.isEmpty { try send(edgeSides.sorted { $0.key < $1.key }) }
             }
         }
 
         static func write(_ batch: Batch, _ db: Database, _ t: ProjectionTables) throws {
             let rows = try Rows(db, t)
-            for (edge, sides) in batch.edges { try rows.setSides(edge, sides) }
-            for (friend, first) in batch.mentions { try rows.mention(friend, first) }
+            for (edge, sides) in batch { try rows.setSides(edge, sides) }
         }
     }
 

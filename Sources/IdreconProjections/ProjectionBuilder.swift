@@ -217,11 +217,17 @@ package struct ProjectionBuilder {
         /// The device events, leaving none (and no second reference to them) behind.
         mutating func takeDevices() -> [DeviceRow] { takeAll(&devices) }
 
-        mutating func add(_ login: LoginRow) {
+        /// Adds a login and (unless they come on their own, `mention`) the mentions of its friends.
+        mutating func add(_ login: LoginRow, mentionsFriends: Bool = true) {
             let key = login.key
             let list = login.friends.map(StoredFriendList.split)
-            for friend in list ?? [] { Self.lower(&mentions[friend, default: key], to: key) } // one lookup each
+            if mentionsFriends { for friend in list ?? [] { mention(friend, key) } }
             asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
+        }
+
+        /// A friend list named `friend` at `key`.
+        mutating func mention(_ friend: String, _ key: EventKey) {
+            Self.lower(&mentions[friend, default: key], to: key) // one lookup
         }
 
         private static func lower(_ value: inout EventKey, to key: EventKey) {
@@ -251,6 +257,10 @@ package struct ProjectionBuilder {
         // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
+        /// Each friend a login's list names, in the partition of the friend: a partition's
+        /// mentions are those of its own ASIDs, written with them in key order (gathered
+        /// from the logins of each partition, they named ASIDs all over the key space).
+        private var mentions: [SpillFile?]
         /// The partitions' key ranges, and where the files are.
         let ranges: KeyRanges
         let directory: String
@@ -258,6 +268,7 @@ package struct ProjectionBuilder {
         init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+            let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             try ProjectionBuilder.scan(db, seqs: seqs, device: { row in
                 try devices[ranges.partition(app: row.app, device: row.device)].append { out in
                     out.add(row.hash); out.add(row.app); out.add(row.device); out.add(row.fact.key.at); out.add(row.fact.key.eventID)
@@ -271,8 +282,14 @@ package struct ProjectionBuilder {
                     out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
                     if login.limited { out.add(login.app); out.add(login.device) }
                 }
+                for friend in login.friends.map(StoredFriendList.split) ?? [] {
+                    try mentions[ranges.partition(asid: friend)].append { out in
+                        out.add(friend); out.add(login.key.at); out.add(login.key.eventID)
+                    }
+                }
             })
-            (self.devices, self.logins, self.ranges, self.directory) = (devices, logins, ranges, directory)
+            (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
+            (self.ranges, self.directory) = (ranges, directory)
         }
 
         /// The spilled device events of `partition`; deletes their file.
@@ -296,9 +313,15 @@ package struct ProjectionBuilder {
                 let friends = row.optionalString(), declinesFriends = row.byte() == 1, limited = row.byte() == 1
                 let (app, device) = limited ? (row.string(), row.string()) : ("", "")
                 facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), limited: limited, app: app, device: device,
-                                   email: email, tfb: tfb, friends: friends, declinesFriends: declinesFriends))
+                                   email: email, tfb: tfb, friends: friends, declinesFriends: declinesFriends),
+                          mentionsFriends: false)
             }
             logins[partition] = nil
+            try mentions[partition]?.forEach { row in
+                let friend = row.string(), at = row.int()
+                facts.mention(friend, EventKey(at: at, eventID: row.string()))
+            }
+            mentions[partition] = nil
         }
     }
 
