@@ -217,11 +217,12 @@ package struct ProjectionBuilder {
         /// The device events, leaving none (and no second reference to them) behind.
         mutating func takeDevices() -> [DeviceRow] { takeAll(&devices) }
 
-        /// Adds a login and (unless they come on their own, `mention`) the mentions of its friends.
-        mutating func add(_ login: LoginRow, mentionsFriends: Bool = true) {
+        /// Adds a login and the mentions of its friends that `mentions` accepts (the others
+        /// come on their own, `mention`).
+        mutating func add(_ login: LoginRow, mentions accepts: (String) -> Bool = { _ in true }) {
             let key = login.key
             let list = login.friends.map(StoredFriendList.split)
-            if mentionsFriends { for friend in list ?? [] { mention(friend, key) } }
+            for friend in list ?? [] where accepts(friend) { mention(friend, key) }
             asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
         }
 
@@ -257,9 +258,10 @@ package struct ProjectionBuilder {
         // Each partition's files are read once, devices and logins on different threads.
         private var devices: [SpillFile?]
         private var logins: [SpillFile?]
-        /// Each friend a login's list names, in the partition of the friend: a partition's
-        /// mentions are those of its own ASIDs, written with them in key order (gathered
-        /// from the logins of each partition, they named ASIDs all over the key space).
+        /// Each friend a login's list names, in the partition of the friend when that is not
+        /// the login's (whose list is read back with it): a partition's mentions are those of
+        /// its own ASIDs, written with them in key order (gathered from the logins of each
+        /// partition, they named ASIDs all over the key space).
         private var mentions: [SpillFile?]
         /// The partitions' key ranges, and where the files are.
         let ranges: KeyRanges
@@ -282,8 +284,11 @@ package struct ProjectionBuilder {
                     out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
                     if login.limited { out.add(login.app); out.add(login.device) }
                 }
+                let own = ranges.partition(asid: login.asid)
                 for friend in login.friends.map(StoredFriendList.split) ?? [] {
-                    try mentions[ranges.partition(asid: friend)].append { out in
+                    let partition = ranges.partition(asid: friend)
+                    guard partition != own else { continue }
+                    try mentions[partition].append { out in
                         out.add(friend); out.add(login.key.at); out.add(login.key.eventID)
                     }
                 }
@@ -314,7 +319,7 @@ package struct ProjectionBuilder {
                 let (app, device) = limited ? (row.string(), row.string()) : ("", "")
                 facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), limited: limited, app: app, device: device,
                                    email: email, tfb: tfb, friends: friends, declinesFriends: declinesFriends),
-                          mentionsFriends: false)
+                          mentions: { [ranges] in ranges.partition(asid: $0) == partition })
             }
             logins[partition] = nil
             try mentions[partition]?.forEach { row in
