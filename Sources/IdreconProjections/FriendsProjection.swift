@@ -69,14 +69,11 @@ enum FriendsProjection: Projection {
         if edge.a == from { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
     }
 
-    /// Lowers a mention to the earlier of two.
+    /// Lowers `friend`'s mention to `key` if that is earlier (the earliest mention wins, in
+    /// any order; one dictionary lookup, in place).
     static func lower(_ mentions: inout [String: EventKey], _ friend: String, to key: EventKey) {
-        lower(&mentions[friend, default: key], to: key)
-    }
-
-    /// Lowers a stored mention to `key` if that is earlier (one dictionary lookup, in place).
-    static func lower(_ first: inout EventKey, to key: EventKey) {
-        if key < first { first = key }
+        func earlier(_ first: inout EventKey) { if key < first { first = key } }
+        earlier(&mentions[friend, default: key])
     }
 
     // MARK: Live

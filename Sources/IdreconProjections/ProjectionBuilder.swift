@@ -228,11 +228,7 @@ package struct ProjectionBuilder {
 
         /// A friend list named `friend` at `key`.
         mutating func mention(_ friend: String, _ key: EventKey) {
-            Self.lower(&mentions[friend, default: key], to: key) // one lookup
-        }
-
-        private static func lower(_ value: inout EventKey, to key: EventKey) {
-            if key < value { value = key }
+            FriendsProjection.lower(&mentions, friend, to: key)
         }
 
         /// Adds the ASIDs and mentions of other events (of the same partition); their
@@ -246,7 +242,7 @@ package struct ProjectionBuilder {
                 mine.merge(theirs)
                 asids[asid] = mine
             }
-            for (friend, first) in other.mentions { Self.lower(&mentions[friend, default: first], to: first) }
+            for (friend, first) in other.mentions { mention(friend, first) }
             other = Facts()
         }
     }
