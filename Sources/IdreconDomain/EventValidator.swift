@@ -23,79 +23,82 @@ public enum EventValidator {
         }
         var fields = Fields(members: members)
 
-        guard let schema = fields.raw("schema") else {
+        guard let schema = fields.raw(.schema) else {
             throw Rejection(.unsupportedSchema, "field 'schema' is missing; expected \"\(LoginEvent.schemaName)\"")
         }
-        guard case let .string(schemaName) = schema, schemaName == LoginEvent.schemaName else {
+        guard case let .string(schemaName) = schema, schemaName.sameBytes(as: LoginEvent.schemaName) else {
             throw Rejection(.unsupportedSchema, "field 'schema' is \(CanonicalJSON.encode(schema)); expected \"\(LoginEvent.schemaName)\"")
         }
 
-        let eventID = try fields.requiredString("event_id")
+        let eventID = try fields.requiredString(.eventID)
         guard (1...128).contains(eventID.utf8.count), eventID.utf8.allSatisfy(isEventIDByte) else {
             throw Rejection(.invalidField, "field 'event_id' must be 1-128 characters of [A-Za-z0-9._:-]")
         }
-        let type = try fields.enumeration("type", EventType.self) ?? .login
-        fields.set("type", .string(type.rawValue))
+        let type = try fields.enumeration(.type, EventType.self) ?? .login
+        fields.set(.type, .string(type.rawValue))
 
-        let occurredText = try fields.requiredString("occurred_at")
+        let occurredText = try fields.requiredString(.occurredAt)
         guard let occurredAt = Timestamp.parse(occurredText) else {
             throw Rejection(.invalidField, "field 'occurred_at' is not an RFC 3339 timestamp with offset whose UTC form falls in the years 0001-9999: \"\(occurredText.prefix(64))\"")
         }
-        fields.set("occurred_at", .string(Timestamp.format(occurredAt)))
+        fields.set(.occurredAt, .string(Timestamp.format(occurredAt)))
 
-        let appID = try fields.requiredString("app_id")
+        let appID = try fields.requiredString(.appID)
         try checkDigits(appID, "app_id")
 
-        let deviceID = try fields.requiredString("device_id")
-        guard (1...128).contains(deviceID.unicodeScalars.count),
+        let deviceID = try fields.requiredString(.deviceID)
+        let deviceASCII = deviceID.utf8.allSatisfy { $0 < 0x80 }
+        guard (1...128).contains(deviceASCII ? deviceID.utf8.count : deviceID.unicodeScalars.count),
               deviceID.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) // ASCII fast path; C1 controls below
-                  && (deviceID.utf8.allSatisfy({ $0 < 0x80 }) || deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }))
+                  && (deviceASCII || deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }))
         else { throw Rejection(.invalidField, "field 'device_id' must be 1-128 printable characters") }
 
-        let platform = try fields.enumeration("platform", Platform.self) ?? .ios
-        fields.set("platform", .string(platform.rawValue))
-        let flow = try fields.enumeration("flow", Flow.self)
+        let platform = try fields.enumeration(.platform, Platform.self) ?? .ios
+        fields.set(.platform, .string(platform.rawValue))
+        let flow = try fields.enumeration(.flow, Flow.self)
 
         let tracking: Tracking?
         let tokenType: TokenType?
         let asid: String?
         if type == .login {
-            guard fields.raw("tracking") != nil else { throw Rejection(.missingField, "field 'tracking' is required on a login") }
-            guard fields.raw("token_type") != nil else { throw Rejection(.missingField, "field 'token_type' is required on a login") }
-            guard fields.raw("asid") != nil else { throw Rejection(.missingField, "field 'asid' is required on a login") }
+            guard fields.raw(.tracking) != nil else { throw Rejection(.missingField, "field 'tracking' is required on a login") }
+            guard fields.raw(.tokenType) != nil else { throw Rejection(.missingField, "field 'token_type' is required on a login") }
+            guard fields.raw(.asid) != nil else { throw Rejection(.missingField, "field 'asid' is required on a login") }
         }
-        tracking = try fields.enumeration("tracking", Tracking.self)
-        tokenType = try fields.enumeration("token_type", TokenType.self)
-        asid = try fields.optionalString("asid")
+        tracking = try fields.enumeration(.tracking, Tracking.self)
+        tokenType = try fields.enumeration(.tokenType, TokenType.self)
+        asid = try fields.optionalString(.asid)
         if let asid { try checkDigits(asid, "asid") }
 
-        let email = try fields.optionalString("email")
+        let email = try fields.optionalString(.email)
         if let email, email.utf8.lazy.filter({ $0 == UInt8(ascii: "@") }).count != 1 {
             throw Rejection(.invalidField, "field 'email' must contain exactly one '@'")
         }
 
-        var friends = try fields.optionalStringArray("friend_asids")
+        var friends = try fields.optionalStringArray(.friendASIDs)
         if let list = friends {
             for friend in list { try checkDigits(friend, "friend_asids", element: true) }
             if let asid, list.contains(asid) {
                 friends = list.filter { $0 != asid }
-                fields.set("friend_asids", .array(friends!.map { .string($0) }))
+                fields.set(.friendASIDs, .array(friends!.map { .string($0) }))
             }
         }
-        let granted = try fields.optionalStringArray("granted_permissions")
-        let declined = try fields.optionalStringArray("declined_permissions")
+        let granted = try fields.optionalStringArray(.grantedPermissions)
+        let declined = try fields.optionalStringArray(.declinedPermissions)
 
-        let nonce = try fields.optionalString("nonce")
-        if let nonce, nonce.isEmpty || nonce.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
+        let nonce = try fields.optionalString(.nonce)
+        if let nonce, nonce.isEmpty || (nonce.utf8.allSatisfy { $0 < 0x80 }
+            ? nonce.utf8.contains { $0 == 0x20 || (0x09...0x0D).contains($0) } // ASCII's White_Space
+            : nonce.unicodeScalars.contains { $0.properties.isWhitespace }) {
             throw Rejection(.invalidField, "field 'nonce' must be non-empty without whitespace")
         }
-        let idToken = try fields.optionalString("id_token")
+        let idToken = try fields.optionalString(.idToken)
         if idToken != nil {
             guard type == .login, tracking == .limited else {
                 throw Rejection(.invalidField, "field 'id_token' is only allowed on limited logins")
             }
         }
-        let tokenForBusiness = try fields.optionalString("token_for_business")
+        let tokenForBusiness = try fields.optionalString(.tokenForBusiness)
         if tokenForBusiness != nil {
             guard type == .login, tracking == .enabled else {
                 throw Rejection(.invalidField, "field 'token_for_business' is only allowed on classic (enabled) logins")
@@ -159,47 +162,94 @@ public enum EventValidator {
     }
 }
 
+/// The members the validator reads (SPEC section 2), found once per record by their bytes.
+private enum Field: Int, CaseIterable {
+    case schema, eventID, type, occurredAt, appID, deviceID, platform, flow, tracking, tokenType, asid, email
+    case friendASIDs, grantedPermissions, declinedPermissions, nonce, idToken, tokenForBusiness
+
+    var name: String { Self.names[rawValue] }
+
+    private static let names = [
+        "schema", "event_id", "type", "occurred_at", "app_id", "device_id", "platform", "flow", "tracking", "token_type",
+        "asid", "email", "friend_asids", "granted_permissions", "declined_permissions", "nonce", "id_token",
+        "token_for_business",
+    ]
+    private static let bytes = names.map { Array($0.utf8) }
+
+    /// The field `key` names, by byte equality (never `String ==`, which equates canonically
+    /// equivalent texts).
+    static func named(_ key: String) -> Field? {
+        var key = key
+        return key.withUTF8 { key in
+            for (i, name) in bytes.enumerated() where name.count == key.count {
+                if name.withUnsafeBufferPointer({ String.sameBytes($0, key) }) { return Field(rawValue: i) }
+            }
+            return nil
+        }
+    }
+}
+
 /// The members of the record being validated; `null` counts as absent and is dropped.
 private struct Fields {
     var members: [(key: String, value: JSONValue)]
+    /// Where each `Field` is in `members` (-1: absent): one pass over the keys instead of a
+    /// search per lookup.
+    private var slots: [Int]
 
     init(members: [(key: String, value: JSONValue)]) {
-        self.members = members.filter { $0.value != .null }
+        self.members = members.filter { if case .null = $0.value { false } else { true } }
+        slots = Array(repeating: -1, count: Field.allCases.count)
+        for (i, member) in self.members.enumerated() {
+            if let field = Field.named(member.key) { slots[field.rawValue] = i }
+        }
     }
 
-    func raw(_ key: String) -> JSONValue? { members.first(where: { $0.key == key })?.value }
-
-    mutating func set(_ key: String, _ value: JSONValue) {
-        if let i = members.firstIndex(where: { $0.key == key }) { members[i].value = value } else { members.append((key, value)) }
+    func raw(_ field: Field) -> JSONValue? {
+        let i = slots[field.rawValue]
+        return i < 0 ? nil : members[i].value
     }
 
-    func requiredString(_ key: String) throws(Rejection) -> String {
-        guard let value = raw(key) else { throw Rejection(.missingField, "field '\(key)' is required") }
-        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(key)' must be a string") }
+    mutating func set(_ field: Field, _ value: JSONValue) {
+        let i = slots[field.rawValue]
+        if i >= 0 {
+            members[i].value = value
+        } else {
+            slots[field.rawValue] = members.count
+            members.append((field.name, value))
+        }
+    }
+
+    func requiredString(_ field: Field) throws(Rejection) -> String {
+        guard let value = raw(field) else { throw Rejection(.missingField, "field '\(field.name)' is required") }
+        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(field.name)' must be a string") }
         return s
     }
 
-    func optionalString(_ key: String) throws(Rejection) -> String? {
-        guard let value = raw(key) else { return nil }
-        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(key)' must be a string") }
+    func optionalString(_ field: Field) throws(Rejection) -> String? {
+        guard let value = raw(field) else { return nil }
+        guard case let .string(s) = value else { throw Rejection(.invalidField, "field '\(field.name)' must be a string") }
         return s
     }
 
-    func optionalStringArray(_ key: String) throws(Rejection) -> [String]? {
-        guard let value = raw(key) else { return nil }
-        guard case let .array(elements) = value else { throw Rejection(.invalidField, "field '\(key)' must be an array of strings") }
+    func optionalStringArray(_ field: Field) throws(Rejection) -> [String]? {
+        guard let value = raw(field) else { return nil }
+        guard case let .array(elements) = value else {
+            throw Rejection(.invalidField, "field '\(field.name)' must be an array of strings")
+        }
         var result: [String] = []
         result.reserveCapacity(elements.count)
         for element in elements {
-            guard case let .string(s) = element else { throw Rejection(.invalidField, "field '\(key)' must be an array of strings") }
+            guard case let .string(s) = element else {
+                throw Rejection(.invalidField, "field '\(field.name)' must be an array of strings")
+            }
             result.append(s)
         }
         return result
     }
 
-    func enumeration<E: RawRepresentable>(_ key: String, _: E.Type) throws(Rejection) -> E? where E.RawValue == String {
-        guard let s = try optionalString(key) else { return nil }
-        guard let e = E(rawValue: s) else { throw Rejection(.invalidField, "field '\(key)' has unknown value \"\(s)\"") }
+    func enumeration<E: RawRepresentable>(_ field: Field, _: E.Type) throws(Rejection) -> E? where E.RawValue == String {
+        guard let s = try optionalString(field) else { return nil }
+        guard let e = E(rawValue: s) else { throw Rejection(.invalidField, "field '\(field.name)' has unknown value \"\(s)\"") }
         return e
     }
 }

@@ -42,7 +42,8 @@ public struct JSONParser {
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
         let array = Array(bytes)
         return try array.withUnsafeBufferPointer { buffer throws(JSONParseError) in
-            guard String(validating: buffer, as: UTF8.self) != nil else {
+            // Most records are ASCII: checked eight bytes at a time, without building a String.
+            guard isASCII(buffer) || String(validating: buffer, as: UTF8.self) != nil else {
                 throw JSONParseError(message: "not valid UTF-8", offset: 0)
             }
             var parser = Cursor(bytes: buffer)
@@ -54,6 +55,23 @@ public struct JSONParser {
             }
             return value
         }
+    }
+
+    /// Whether every byte is below 0x80.
+    static func isASCII(_ buffer: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = buffer.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        var i = 0
+        var high: UInt64 = 0
+        while i + 8 <= buffer.count {
+            high |= raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            i += 8
+        }
+        while i < buffer.count {
+            high |= UInt64(buffer[i])
+            i += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 
     private struct Cursor {
@@ -99,18 +117,24 @@ public struct JSONParser {
         mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
             index += 1
             var members: [(key: String, value: JSONValue)] = []
-            // Keys are compared by bytes (RFC 8259: "é" and "e\u0301" differ); past a few
-            // members through a set, so a record with many keys stays linear.
+            // Keys are compared by bytes (RFC 8259: "é" and "e\u0301" differ); a few through
+            // a hash of their bytes, compared whole only when the hashes match; past a few
+            // through a set, so a record with many keys stays linear.
+            var hashes: [UInt64] = []
             var seen = Set<[UInt8]>()
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            members.reserveCapacity(16)
+            hashes.reserveCapacity(16)
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected an object key") }
                 let key = try parseString()
                 let duplicate: Bool
                 if members.count < 16 {
-                    duplicate = members.contains(where: { $0.key.sameBytes(as: key) })
+                    let hash = key.utf8.reduce(0xCBF2_9CE4_8422_2325 as UInt64) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
+                    duplicate = hashes.indices.contains { hashes[$0] == hash && members[$0].key.sameBytes(as: key) }
+                    hashes.append(hash)
                 } else {
                     if seen.isEmpty { for member in members { seen.insert(Array(member.key.utf8)) } }
                     duplicate = !seen.insert(Array(key.utf8)).inserted
@@ -282,14 +306,40 @@ public enum CanonicalJSON {
             out.append(UInt8(ascii: "]"))
         case let .object(members):
             out.append(UInt8(ascii: "{"))
-            let ordered = sortKeys ? members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) } : members
-            for (i, member) in ordered.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
+            func member(_ member: (key: String, value: JSONValue), first: Bool) {
+                if !first { out.append(UInt8(ascii: ",")) }
                 writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
                 write(member.value, sortKeys: sortKeys, into: &out)
             }
+            if sortKeys {
+                for (n, i) in byteOrder(of: members).enumerated() { member(members[i], first: n == 0) }
+            } else {
+                for (n, m) in members.enumerated() { member(m, first: n == 0) }
+            }
             out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The indices of `members` in their keys' byte order. Indices are sorted, not members
+    /// (moving a member retains and releases its texts), by the keys' first eight bytes,
+    /// and only keys that share those by all their bytes: every event is encoded once.
+    static func byteOrder(of members: [(key: String, value: JSONValue)]) -> [Int] {
+        var order = members.indices.map { (prefix: prefix8(members[$0].key), index: $0) }
+        order.sort { a, b in
+            a.prefix != b.prefix ? a.prefix < b.prefix : members[a.index].key.bytesPrecede(members[b.index].key)
+        }
+        return order.map(\.index)
+    }
+
+    /// The first eight UTF-8 bytes of `key`, big-endian, zero-padded: unequal prefixes order
+    /// as the texts' bytes do.
+    private static func prefix8(_ key: String) -> UInt64 {
+        var key = key
+        return key.withUTF8 { bytes in
+            var value: UInt64 = 0
+            for i in 0..<8 { value = value << 8 | UInt64(i < bytes.count ? bytes[i] : 0) }
+            return value
         }
     }
 

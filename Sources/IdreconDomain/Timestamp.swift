@@ -70,11 +70,31 @@ public enum Timestamp {
         let (days, secondOfDay) = floorDivMod(secondsTotal, 86_400)
         let (y, m, d) = civilFromDays(Int(days))
         let h = Int(secondOfDay / 3600), mi = Int(secondOfDay % 3600 / 60), s = Int(secondOfDay % 60)
-        func pad(_ v: Int, _ w: Int) -> String {
-            let t = String(v)
-            return String(repeating: "0", count: max(0, w - t.count)) + t
+        guard (0...9999).contains(y) else {
+            // Outside what `parse` accepts (`range`): only a caller's arbitrary instant gets here.
+            func pad(_ v: Int, _ w: Int) -> String {
+                let t = String(v)
+                return String(repeating: "0", count: max(0, w - t.count)) + t
+            }
+            return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(h, 2)):\(pad(mi, 2)):\(pad(s, 2)).\(pad(Int(ms), 3))Z"
         }
-        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(h, 2)):\(pad(mi, 2)):\(pad(s, 2)).\(pad(Int(ms), 3))Z"
+        // Written into place: every accepted event's `occurred_at` is formatted once.
+        return String(unsafeUninitializedCapacity: 24) { out in
+            var i = 0
+            func put(_ value: Int, _ width: Int, then separator: UInt8?) {
+                var v = value
+                for k in stride(from: width - 1, through: 0, by: -1) {
+                    out[i + k] = UInt8(48 + v % 10)
+                    v /= 10
+                }
+                i += width
+                if let separator { out[i] = separator; i += 1 }
+            }
+            put(y, 4, then: UInt8(ascii: "-")); put(m, 2, then: UInt8(ascii: "-")); put(d, 2, then: UInt8(ascii: "T"))
+            put(h, 2, then: UInt8(ascii: ":")); put(mi, 2, then: UInt8(ascii: ":")); put(s, 2, then: UInt8(ascii: "."))
+            put(Int(ms), 3, then: UInt8(ascii: "Z"))
+            return i
+        }
     }
 
     static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {

@@ -47,7 +47,17 @@ public enum StableHash {
 public enum LinkKey {
     /// Trimmed, lower-cased form of an e-mail address.
     public static func normalizedEmail(_ email: String) -> String {
-        email.trimmingWhitespace().lowercased()
+        guard email.utf8.allSatisfy({ $0 < 0x80 }) else { return email.trimmingWhitespace().lowercased() }
+        // ASCII, as almost every address is: the same trim and lower-casing, byte by byte.
+        func isSpace(_ b: UInt8) -> Bool { b == 0x20 || (0x09...0x0D).contains(b) }
+        let bytes = email.utf8
+        guard let first = bytes.firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = bytes.lastIndex(where: { !isSpace($0) })!
+        let trimmed = bytes[first...last]
+        return String(unsafeUninitializedCapacity: trimmed.count) { out in
+            for (i, b) in trimmed.enumerated() { out[i] = (0x41...0x5A).contains(b) ? b | 0x20 : b }
+            return trimmed.count
+        }
     }
 
     /// SHA-256 hex of the normalized e-mail: the only form an e-mail is stored in projections.
@@ -62,16 +72,27 @@ public enum LinkKey {
     public static func tokenForBusiness(_ token: String) -> String { "tfb:" + token }
 
     public static func sha256Hex(_ text: String) -> String {
-        hex(SHA256.hash(data: Array(text.utf8)))
+        var text = text
+        return text.withUTF8 { hex(SHA256.hash(data: $0)) }
     }
 
     /// Lower-case hex of bytes (digests, for keys and projection digests).
-    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for byte in bytes { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 0xF)]) }
-        return String(decoding: out, as: UTF8.self)
+    public static func hex(_ bytes: some Collection<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: 2 * bytes.count) { out in
+            var i = 0
+            for byte in bytes {
+                out[i] = hexDigits[Int(byte >> 4)]
+                out[i + 1] = hexDigits[Int(byte & 0xF)]
+                i += 2
+            }
+            return i
+        }
     }
+
+    /// Lower-case hex of a digest.
+    public static func hex(_ digest: some Digest) -> String { digest.withUnsafeBytes { hex($0) } }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 }
 
 extension Optional where Wrapped == String {
