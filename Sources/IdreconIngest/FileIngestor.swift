@@ -170,14 +170,17 @@ public enum BatchValidator {
 
     /// `oversized` marks, by index, records of which `pending` holds only the beginning (a
     /// line the reader did not buffer whole): they are quarantined without being parsed.
+    /// `yielding`: validated on the calling thread alone, which the caller has lowered to the
+    /// lowest CPU priority (`ThreadPriority`) because a read API shares the process. GCD's
+    /// workers also run the API's handlers: lowering them would slow the API for good.
     public static func validate(
         _ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil, maxRecordBytes: Int = RecordSize.defaultLimit,
-        oversized: [Int: (bytes: Int64, eventID: String?)] = [:]
+        oversized: [Int: (bytes: Int64, eventID: String?)] = [:], yielding: Bool = false
     ) -> [IncomingRecord] {
-        let chunks = max(1, min(pending.count / 256, cores * 2))
+        let chunks = yielding ? 1 : max(1, min(pending.count / 256, cores * 2))
         return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
             nonisolated(unsafe) let out = buffer
-            DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            @Sendable func validate(chunk: Int) {
                 let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
                 for i in lower..<upper {
                     if !oversized.isEmpty, let line = oversized[i] {
@@ -193,6 +196,7 @@ public enum BatchValidator {
                     (out.baseAddress! + i).initialize(to: record)
                 }
             }
+            if chunks == 1 { validate(chunk: 0) } else { DispatchQueue.concurrentPerform(iterations: chunks, execute: validate) }
             initialized = pending.count
         }
     }

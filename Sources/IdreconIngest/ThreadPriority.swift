@@ -11,9 +11,14 @@ public enum ThreadPriority {
     /// Nice 19 for the calling thread only (Linux applies `setpriority(PRIO_PROCESS, 0, …)` to the
     /// calling thread, not the process). Raising a thread's nice needs no privilege; nothing
     /// lowers it again, so only threads of ingestion's own call this.
+    /// `SCHED_IDLE` (linux/sched.h), which glibc's headers declare only under `_GNU_SOURCE`.
+    private static let schedIdle: Int32 = 5
+
     public static func yieldToOthers() {
         #if os(Linux)
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+        var param = sched_param(sched_priority: 0)
+        _ = sched_setscheduler(0, schedIdle, &param)
         #endif
     }
 }

@@ -266,7 +266,8 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// commit in one transaction while the next batch is read and validated.
     private func flush() throws {
         guard !pending.isEmpty else { return }
-        let records = BatchValidator.validate(pending, tokens: options.tokens, maxRecordBytes: options.maxRecordBytes)
+        let records = BatchValidator.validate(
+            pending, tokens: options.tokens, maxRecordBytes: options.maxRecordBytes, yielding: options.yieldToReaders)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let positions = nextOffsets.map { ConsumedPosition(source: Self.source(topic: options.topic, partition: $0.key), position: $0.value, records: $0.value, updatedAt: now) }
         writer.expect(events: backlog)

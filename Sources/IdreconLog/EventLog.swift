@@ -99,11 +99,19 @@ package enum EventLog {
             ])
         }
         var sourceIDs: [String: Int64] = [:]
+        // Runs of records share a source: the last one is checked first, by bytes, before
+        // hashing the name.
+        var lastSource: (name: String, id: Int64)?
         func sourceID(_ name: String) throws -> Int64 {
-            if let id = sourceIDs[name] { return id }
+            if let lastSource, lastSource.name.sameBytes(as: name) { return lastSource.id }
+            if let id = sourceIDs[name] {
+                lastSource = (name, id)
+                return id
+            }
             try db.execute(sql: "INSERT INTO sources (name) VALUES (?) ON CONFLICT(name) DO NOTHING", arguments: [name])
             let id = try Int64.fetchOne(db, sql: "SELECT id FROM sources WHERE name = ?", arguments: [name])!
             sourceIDs[name] = id
+            lastSource = (name, id)
             return id
         }
         for record in records {
