@@ -61,10 +61,11 @@ extension EventStore {
             let order = calls.indices.sorted { i, j in
                 calls[i].asid.sameBytes(as: calls[j].asid) ? i < j : calls[i].asid.bytesPrecede(calls[j].asid)
             }
+            let lookup = try AccessLookup(db)
             for index in order {
                 let call = calls[index]
                 func flag(_ violation: Violation) { violations.append((index, violation)) }
-                let answer = try Self.access(db, call.asid, asOf: call.calledAt)
+                let answer = try lookup.answer(call.asid, asOf: call.calledAt)
                 switch answer.state {
                 case .forbiddenLimited:
                     flag(Violation(call: call, kind: .limited, state: answer.state, limitedASID: call.asid,
@@ -81,7 +82,7 @@ extension EventStore {
                 }
                 guard policy.identityScope, answer.state == .allowed else { continue }
                 for member in try Self.identityMembers(db, of: call.asid, at: call.calledAt, config: state.config).sorted() where member != call.asid {
-                    let m = try Self.access(db, member, asOf: call.calledAt)
+                    let m = try lookup.answer(member, asOf: call.calledAt)
                     if m.state == .forbiddenLimited {
                         flag(Violation(call: call, kind: .identity, state: answer.state, limitedASID: member,
                                        evidenceEvent: m.evidenceEvent, evidenceDevice: m.evidenceDevice))

@@ -70,8 +70,9 @@ extension EventStore {
             let cursor = try String.fetchCursor(db, sql: """
                 SELECT asid FROM \(t.asids) WHERE first_login_at <= ?1 UNION SELECT asid FROM \(t.mentions) WHERE first_at <= ?1 ORDER BY 1
                 """, arguments: [until])
+            let lookup = try AccessLookup(db, tables: t)
             while let asid = try cursor.next() {
-                try row([.string(asid), .string(try access(db, asid, asOf: asOf, tables: t).state.rawValue)])
+                try row([.string(asid), .string(try lookup.answer(asid, asOf: asOf).state.rawValue)])
             }
         }
     }

@@ -119,41 +119,55 @@ extension EventStore {
         let keys = asids.map { Array($0.utf8) }
         let order = keys.indices.sorted { keys[$0].lexicographicallyPrecedes(keys[$1]) }
         var answers = [AccessAnswer](repeating: AccessAnswer(asid: "", state: .unseen), count: asids.count)
-        for i in order { answers[i] = try access(db, asids[i], asOf: asOf) }
+        let lookup = try AccessLookup(db)
+        for i in order { answers[i] = try lookup.answer(asids[i], asOf: asOf) }
         return (answers, last, applied)
     }
 
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {
-        // Prepared once per connection and driven through SQLite's C API: the read API and
-        // `audit calls` ask this for every ASID, and GRDB's row boxing cost more than the seeks.
-        let t = asOf ?? .max
-        // Every limited span starts at a login of this ASID: with none by t, only a friend list
-        // can have named it (and the span tables, the largest, are not read).
-        let loggedIn = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?")
-        guard try loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil else {
-            let mentions = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?")
-            let mentioned = try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil
-            return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
+        try AccessLookup(db, tables: tables).answer(asid, asOf: asOf)
+    }
+
+    /// `access`'s statements, prepared once for many ASIDs (a batch of the read API, an audit,
+    /// an export): looking a statement up in the connection's cache hashes its SQL. Driven
+    /// through SQLite's C API: the read API and `audit calls` ask this for every ASID, and
+    /// GRDB's row boxing cost more than the seeks.
+    struct AccessLookup {
+        private let loggedIn, mentions, heldSpan, latestLimited: BulkStatement
+
+        init(_ db: Database, tables: ProjectionTables = .views) throws {
+            loggedIn = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.asids) WHERE asid = ? AND first_login_at <= ?")
+            mentions = try BulkStatement(cached: db, "SELECT 1 FROM \(tables.mentions) WHERE asid = ? AND first_at <= ?")
+            heldSpan = try BulkStatement(cached: db, """
+                SELECT from_event, app_id, device_id FROM \(tables.spans)
+                WHERE asid = ? AND from_at <= ? AND (to_at IS NULL OR to_at > ?) ORDER BY from_at, from_event LIMIT 1
+                """)
+            latestLimited = try BulkStatement(cached: db, """
+                SELECT from_event, app_id, device_id, to_at FROM \(tables.asidSpans)
+                WHERE asid = ? AND from_at <= ? ORDER BY from_at DESC, from_event DESC LIMIT 1
+                """)
         }
-        let heldSpan = try BulkStatement(cached: db, """
-            SELECT from_event, app_id, device_id FROM \(tables.spans)
-            WHERE asid = ? AND from_at <= ? AND (to_at IS NULL OR to_at > ?) ORDER BY from_at, from_event LIMIT 1
-            """)
-        let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
-        if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
-            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
+
+        func answer(_ asid: String, asOf: Int64?) throws -> AccessAnswer {
+            let t = asOf ?? .max
+            // Every limited span starts at a login of this ASID: with none by t, only a friend
+            // list can have named it (and the span tables, the largest, are not read).
+            guard try loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil else {
+                let mentioned = try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil
+                return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
+            }
+            let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
+            if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
+                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
+            }
+            // The ASID's latest limited login by t; its span ends at the ASID's next login.
+            if let login = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
+                row.isNull(3) || row.int(3) > t ? evidence(row) : nil
+            }), let login {
+                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
+            }
+            return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
         }
-        // The ASID's latest limited login by t; its span ends at the ASID's next login.
-        let latestLimited = try BulkStatement(cached: db, """
-            SELECT from_event, app_id, device_id, to_at FROM \(tables.asidSpans)
-            WHERE asid = ? AND from_at <= ? ORDER BY from_at DESC, from_event DESC LIMIT 1
-            """)
-        if let login = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
-            row.isNull(3) || row.int(3) > t ? evidence(row) : nil
-        }), let login {
-            return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
-        }
-        return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
     }
 
     /// The user ID of an ASID, of an e-mail (any member that logged in with it) or a user ID.
