@@ -105,7 +105,7 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// Appends what is waiting (nothing if an earlier call took it) in one transaction.
     private func writeWaiting() {
         // The background QoS gives the writer GCD threads of their own (at nice 10), so the
-        // nice 19 set here touches no other work of the process.
+        // priority lowered here touches no other work of the process.
         if yielding { ThreadPriority.yieldToOthers() }
         guard lock.withLock({ failure == nil && !waiting.isEmpty }) else { return }
         var records = 0

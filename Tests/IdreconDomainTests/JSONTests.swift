@@ -38,6 +38,35 @@ import Testing
         #expect(CanonicalJSON.encode(a) == CanonicalJSON.encode(b))
         #expect(try parse(CanonicalJSON.encode(a)) == b.sortedForTest)
     }
+
+    /// Keys are ordered by their first eight bytes and, where those are shared, by all of
+    /// them: shared prefixes, prefixes of each other, NUL and non-ASCII bytes, lengths around 8.
+    @Test func canonicalKeyOrderIsByteOrder() throws {
+        let keys = [
+            "token_type", "token_for_business", "token_fo", "token_f", "token_fo\\u0000", "token_fox", "é", "e\\u0301",
+            "E", "", "a", "abcdefgh", "abcdefg", "abcdefghi", "abcdefgH", "\\u00ff", "zz",
+        ]
+        let text = "{" + keys.enumerated().map { "\"\($1)\": \($0)" }.joined(separator: ", ") + "}"
+        guard case let .object(members) = try parse(text) else { Issue.record("not an object"); return }
+        let expected = members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        var out: [UInt8] = []
+        CanonicalJSON.write(.object(expected), sortKeys: false, into: &out)
+        #expect(CanonicalJSON.encode(.object(members)) == String(decoding: out, as: UTF8.self))
+        #expect(CanonicalJSON.encode(.object(members.reversed())) == String(decoding: out, as: UTF8.self))
+    }
+
+    /// Duplicate keys are found by bytes past the first few members and beyond 16 of them.
+    @Test func duplicateKeysAmongManyAreRejected() {
+        for count in [2, 15, 16, 17, 40] {
+            let keys = (0..<count).map { "k\($0)" }
+            let unique = "{" + keys.map { "\"\($0)\": 1" }.joined(separator: ",") + "}"
+            #expect((try? parse(unique)) != nil)
+            let duplicated = "{" + (keys + [keys[count / 2]]).map { "\"\($0)\": 1" }.joined(separator: ",") + "}"
+            #expect(throws: JSONParseError.self) { try parse(duplicated) }
+        }
+        // Canonically equivalent, different bytes: two keys.
+        #expect((try? parse("{\"\\u00e9\": 1, \"e\\u0301\": 2}")) != nil)
+    }
 }
 
 extension JSONValue {
@@ -75,5 +104,26 @@ extension JSONValue {
         }
         #expect(Timestamp.format(1_793_523_600_123) == "2026-11-01T09:00:00.123Z")
         #expect(Timestamp.parse("2024-02-29T00:00:00Z") != nil)
+        #expect(Timestamp.format(Timestamp.range.lowerBound) == "0001-01-01T00:00:00.000Z")
+        #expect(Timestamp.format(Timestamp.range.upperBound) == "9999-12-31T23:59:59.999Z")
+        // Instants `parse` never returns are still formatted, never trapped on.
+        #expect(Timestamp.format(Timestamp.range.upperBound + 1) == "10000-01-01T00:00:00.000Z")
+        #expect(!Timestamp.format(.min).isEmpty && !Timestamp.format(.max).isEmpty)
+    }
+}
+
+@Suite struct LinkKeyTests {
+    /// The ASCII fast path trims and lower-cases exactly as the Unicode path does, for every
+    /// ASCII byte at either end and inside.
+    @Test func asciiEmailsNormalizeAsUnicodeOnesDo() {
+        for byte in UInt8(0)..<0x80 {
+            let c = String(decoding: [byte], as: UTF8.self)
+            for email in [c + "Ana@X.com" + c, "a" + c + "B@x", c, c + c] {
+                #expect(LinkKey.normalizedEmail(email) == email.trimmingWhitespace().lowercased(), "byte \(byte)")
+            }
+        }
+        #expect(LinkKey.normalizedEmail(" \tGus.X@Example.COM\r\n") == "gus.x@example.com")
+        #expect(LinkKey.normalizedEmail("\u{00A0}Ana@X.COM") == "ana@x.com") // non-ASCII: the Unicode path
+        #expect(LinkKey.sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 }

@@ -40,6 +40,26 @@ import Testing
         #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
     }
 
+    /// A consumer sharing its process with the read API validates on its own (lowered) thread
+    /// alone: the same records, in the same order, as validating on every core.
+    @Test func validatingOnOneThreadGivesWhatAllCoresGive() {
+        let lines = (0..<3000).map { i -> (raw: [UInt8], origin: RecordOrigin) in
+            let text = i % 7 == 3 ? "{\"event_id\": \"x\(i)\"" : i % 11 == 5 ? eventLine("e\(i)", ["asid": "abc"]) : eventLine("e\(i)")
+            return (Array(text.utf8), RecordOrigin(source: "t", position: Int64(i + 1)))
+        }
+        func summary(_ records: [IncomingRecord]) -> [String] {
+            records.map { record in
+                switch record.validation {
+                case let .success(event): "\(record.origin.position) \(event.canonicalPayload)"
+                case let .failure(rejection): "\(record.origin.position) \(rejection.code.rawValue) \(rejection.message)"
+                }
+            }
+        }
+        let everyCore = summary(BatchValidator.validate(lines))
+        #expect(everyCore.count == 3000)
+        #expect(summary(BatchValidator.validate(lines, yielding: true)) == everyCore)
+    }
+
     @Test func duplicatesAreCountedAndConflictsQuarantined() throws {
         let dir = TempDir()
         let file = dir.write("a.jsonl", [
