@@ -234,8 +234,7 @@ public final class EventStore: Sendable {
     @discardableResult
     public func catchUpProjections(bulkFrom: Int64? = nil, progress: (Int64, Int64) -> Void = { _, _ in }) throws(IdreconError) -> Int64 {
         if let bulkFrom, try read({ db in try ProjectionEngine.bulkDue(db, from: bulkFrom) }) {
-            try write { db in try LogKeys.restoreIndexes(db) }
-            return try buildBehindProjections(from: bulkFrom, progress: progress)
+            return try buildBehindProjections(from: bulkFrom, progress: progress) // builds the key indexes too
         }
         return try write { db in
             try LogKeys.restoreIndexes(db)

@@ -44,14 +44,25 @@ extension EventStore {
     /// Builds the live projections anew from the log, as a replay does but comparing
     /// nothing, while a bulk build is due (`ProjectionEngine.bulkDue`); otherwise (a replay
     /// ran meanwhile) folds what they lack. Returns the events built or folded.
+    /// The log's key indexes (`LogKeys.restoreIndexes`) are built on the writer while the
+    /// first rebuild scans the log on two snapshots: both read the whole log, and the scan
+    /// does not need them (1M events: 2.3 s of index builds and a 0.9 s scan, one after the
+    /// other before).
     func buildBehindProjections(from minimum: Int64, progress: (Int64, Int64) -> Void) throws(IdreconError) -> Int64 {
         try holdingReplayLock("building the projections of \(path) failed") {
+            let restore: @Sendable (Database) throws -> Void = { db in try LogKeys.restoreIndexes(db) }
+            var restoring = true
             while try pool.read({ db in try ProjectionEngine.bulkDue(db, from: minimum) }) {
-                if let report = try rebuild(config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, progress: progress) {
-                    return report.events
-                }
+                let report = try rebuild(
+                    config: nil, purpose: .catchUp, partitionSize: Self.replayPartition,
+                    whileScanning: restoring ? restore : nil, progress: progress)
+                restoring = false
+                if let report { return report.events }
             }
-            return try pool.write { db in try ProjectionEngine.catchUpLive(db, registry: projections) }
+            return try pool.write { db in
+                try LogKeys.restoreIndexes(db)
+                return try ProjectionEngine.catchUpLive(db, registry: projections)
+            }
         }
     }
 
@@ -73,8 +84,10 @@ extension EventStore {
     public static let replayPartition = 500_000
 
     /// One rebuild; nil when a `forget` rewrote the log meanwhile (nothing was swapped).
+    /// `whileScanning` runs in a write transaction of its own while the log is scanned.
     private func rebuild(
-        config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int, progress: (Int64, Int64) -> Void
+        config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int,
+        whileScanning: (@Sendable (Database) throws -> Void)? = nil, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
         let comparing = purpose != .catchUp
         let verifyOnly = purpose == .verify
@@ -98,7 +111,8 @@ extension EventStore {
         let tables = ProjectionTables(generation: generation, registry: projections)
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize, lastSeq: seen.lastSeq)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory)
+        let scan = { try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory) }
+        let scanned = try whileScanning.map { work in try concurrently(scan, { [pool] in try pool.write(work) }).0 } ?? scan()
 
         // Loading and finishing are single-threaded SQLite writes: the other core digests
         // the live projections as the snapshot saw them, then the rebuilt tables `finish`
