@@ -47,7 +47,7 @@ public enum EventValidator {
         try checkDigits(appID, "app_id")
 
         let deviceID = try fields.requiredString(.deviceID)
-        let deviceASCII = deviceID.utf8.allSatisfy { $0 < 0x80 }
+        let deviceASCII = deviceID.isASCII
         guard (1...128).contains(deviceASCII ? deviceID.utf8.count : deviceID.unicodeScalars.count),
               deviceID.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) // ASCII fast path; C1 controls below
                   && (deviceASCII || deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }))
@@ -87,7 +87,7 @@ public enum EventValidator {
         let declined = try fields.optionalStringArray(.declinedPermissions)
 
         let nonce = try fields.optionalString(.nonce)
-        if let nonce, nonce.isEmpty || (nonce.utf8.allSatisfy { $0 < 0x80 }
+        if let nonce, nonce.isEmpty || (nonce.isASCII
             ? nonce.utf8.contains { $0 == 0x20 || (0x09...0x0D).contains($0) } // ASCII's White_Space
             : nonce.unicodeScalars.contains { $0.properties.isWhitespace }) {
             throw Rejection(.invalidField, "field 'nonce' must be non-empty without whitespace")

@@ -58,6 +58,9 @@ enum FriendsProjection: Projection {
         init(_ x: String, _ y: String) { (a, b) = x < y ? (x, y) : (y, x) }
 
         static func < (l: Edge, r: Edge) -> Bool { l.a != r.a ? l.a < r.a : l.b < r.b }
+
+        /// Whether `asid` is this edge's `a` (by bytes): which side a snapshot of it names.
+        func hasA(_ asid: String) -> Bool { a.sameBytes(as: asid) }
     }
 
     /// Which sides name an edge; nil: unknown (not changed by this fold).
@@ -66,7 +69,12 @@ enum FriendsProjection: Projection {
     /// Records that `from`'s snapshot names (or no longer names) `to`.
     static func set(_ edges: inout [Edge: Sides], from: String, to: String, _ on: Bool) {
         let edge = Edge(from, to)
-        if edge.a == from { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
+        mark(&edges, edge, byA: edge.hasA(from), on)
+    }
+
+    /// Records that the snapshot of `edge`'s `a` (`byA`) or of its `b` names it, or no longer does.
+    static func mark(_ edges: inout [Edge: Sides], _ edge: Edge, byA: Bool, _ on: Bool) {
+        if byA { edges[edge, default: (nil, nil)].byA = on } else { edges[edge, default: (nil, nil)].byB = on }
     }
 
     /// Lowers `friend`'s mention to `key` if that is earlier (the earliest mention wins, in
@@ -166,7 +174,7 @@ enum FriendsProjection: Projection {
         /// `from`'s snapshot names the other side of `edge`.
         func add(edge: Edge, from: String) throws {
             try edges[ranges.partition(asid: edge.a)]?.append { out in
-                out.add(edge.a); out.add(edge.b); out.add(UInt8(edge.a.sameBytes(as: from) ? 1 : 0))
+                out.add(edge.a); out.add(edge.b); out.add(UInt8(edge.hasA(from) ? 1 : 0))
             }
         }
 
@@ -179,15 +187,16 @@ enum FriendsProjection: Projection {
         func read(_ send: (Batch) throws -> Void) throws {
             for partition in edges.indices {
                 var edgeSides: [Edge: Sides] = [:]
-                try edges[partition]?.forEach { row in
-                    let edge = Edge(row.string(), row.string())
-                    if row.byte() == 1 { edgeSides[edge, default: (nil, nil)].byA = true } else { edgeSides[edge, default: (nil, nil)].byB = true }
-                    guard edgeSides.count >= edgeBatch else { return }
+                func flush() throws {
                     try send(edgeSides.sorted { $0.key < $1.key })
                     edgeSides.removeAll(keepingCapacity: true)
                 }
+                try edges[partition]?.forEach { row in
+                    mark(&edgeSides, Edge(row.string(), row.string()), byA: row.byte() == 1, true)
+                    if edgeSides.count >= edgeBatch { try flush() }
+                }
                 edges[partition] = nil
-                if !edgeSides.isEmpty { try send(edgeSides.sorted { $0.key < $1.key }) }
+                if !edgeSides.isEmpty { try flush() }
             }
         }
 

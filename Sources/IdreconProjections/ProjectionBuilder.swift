@@ -96,7 +96,7 @@ package struct ProjectionBuilder {
                 done += try write(facts, devices: { try devices.result().get() }, into: pool, friends: friends)
                 progress(done)
             }
-            // The friend edges and mentions are read and merged on the other core while the
+            // The friend edges are read and their sides merged on the other core while the
             // previous batch is written.
             let batches = Relay<FriendsProjection.BulkSpill.Batch> { send in try friends.read(send) }
             defer { batches.cancel() }

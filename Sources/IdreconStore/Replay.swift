@@ -50,13 +50,11 @@ extension EventStore {
     /// other before).
     func buildBehindProjections(from minimum: Int64, progress: (Int64, Int64) -> Void) throws(IdreconError) -> Int64 {
         try holdingReplayLock("building the projections of \(path) failed") {
-            let restore: @Sendable (Database) throws -> Void = { db in try LogKeys.restoreIndexes(db) }
-            var restoring = true
+            var restore: (@Sendable (Database) throws -> Void)? = { db in try LogKeys.restoreIndexes(db) }
             while try pool.read({ db in try ProjectionEngine.bulkDue(db, from: minimum) }) {
                 let report = try rebuild(
-                    config: nil, purpose: .catchUp, partitionSize: Self.replayPartition,
-                    whileScanning: restoring ? restore : nil, progress: progress)
-                restoring = false
+                    config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, whileScanning: restore, progress: progress)
+                restore = nil
                 if let report { return report.events }
             }
             return try pool.write { db in

@@ -47,7 +47,7 @@ public enum StableHash {
 public enum LinkKey {
     /// Trimmed, lower-cased form of an e-mail address.
     public static func normalizedEmail(_ email: String) -> String {
-        guard email.utf8.allSatisfy({ $0 < 0x80 }) else { return email.trimmingWhitespace().lowercased() }
+        guard email.isASCII else { return email.trimmingWhitespace().lowercased() }
         // ASCII, as almost every address is: the same trim and lower-casing, byte by byte.
         func isSpace(_ b: UInt8) -> Bool { b == 0x20 || (0x09...0x0D).contains(b) }
         let bytes = email.utf8
@@ -115,6 +115,9 @@ extension String {
         var a = self, b = other // copies of the references: `withUTF8` needs them mutable
         return a.withUTF8 { x in b.withUTF8 { y in Self.sameBytes(x, y) } }
     }
+
+    /// Whether every byte is below 0x80: the texts the validator's ASCII fast paths take.
+    var isASCII: Bool { utf8.allSatisfy { $0 < 0x80 } }
 
     /// Whether this text's UTF-8 bytes order before `other`'s (SQLite's BINARY collation).
     @inlinable
