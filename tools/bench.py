@@ -288,7 +288,7 @@ def main():
     print("DuckDB contender (the four exports from the accepted events, exported once) ...", file=sys.stderr)
     accepted = os.path.join(OUT, f"accepted-{n}.jsonl")
     with sqlite3.connect(f"file:{db('ingest')}?mode=ro", uri=True) as conn, open(accepted, "w") as f:
-        for (payload,) in conn.execute("SELECT payload FROM events ORDER BY seq"):
+        for (payload,) in conn.execute("SELECT payload FROM event_payloads ORDER BY seq"):
             f.write(payload + "\n")
     duck_out = os.path.join(OUT, "duckdb")
     _, rss, out, _ = timed("duckdb", ["python3", os.path.join(ROOT, "tools", "duckdb_contender.py"), accepted, duck_out])

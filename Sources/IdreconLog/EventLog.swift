@@ -70,11 +70,14 @@ package enum EventLog {
     ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
-        let findEvent = try db.cachedStatement(sql: "SELECT payload FROM events WHERE event_id = ?")
+        let findEvent = try db.cachedStatement(sql: """
+            SELECT payload FROM event_payloads WHERE seq = (SELECT seq FROM events WHERE event_id = ?)
+            """)
         let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
         // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
         // and only when it changed nothing look up which key was taken.
         let insertEvent = try BulkStatement(cached: db, LoggedEvent.insertSQL)
+        let insertPayload = try BulkStatement(cached: db, LoggedEvent.insertPayloadSQL)
         let insertQuarantine = try db.cachedStatement(sql: """
             INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -134,10 +137,13 @@ package enum EventLog {
                 }
             }
             let source = try sourceID(record.origin.source)
-            try insertEvent.run {
-                row.bind(&$0, nonce: event.nonce, payload: event.canonicalPayload, sourceID: source, position: record.origin.position)
+            let inserted = try insertEvent.run {
+                row.bind(&$0, nonce: event.nonce, sourceID: source, position: record.origin.position)
+            } == 1
+            if inserted {
+                let seq = db.lastInsertedRowID
+                try insertPayload.run { $0.add(seq); $0.add(event.canonicalPayload) }
             }
-            let inserted = db.changesCount == 1
             if let id = record.quarantineID,
                try inserted || String.fetchOne(findEvent, arguments: [event.eventID])?.sameBytes(as: event.canonicalPayload) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)

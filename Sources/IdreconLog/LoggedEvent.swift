@@ -3,8 +3,9 @@ import IdreconDomain
 /// A row of `events` as the log writes it and the projections read it: the one description
 /// of those columns. The append writes it (`insertSQL`, `bind`); the projections' catch-up,
 /// replay's scan and the refolds of late events read it (`selectColumns`, `init(_:)`), so a
-/// column is named, ordered and decoded in one place. The columns only the log reads (the
-/// canonical `payload`, `nonce`, the source and its position) are bound beside it.
+/// column is named, ordered and decoded in one place. The columns only the log reads (`nonce`,
+/// the source and its position) are bound beside it; the canonical payload is kept apart, in
+/// `event_payloads` under the same `seq`, so that scans of these columns do not read it.
 package struct LoggedEvent: Sendable {
     /// The log's sequence number (0 for an event not stored yet).
     package var seq: Int64
@@ -86,17 +87,20 @@ package struct LoggedEvent: Sendable {
         declinesFriends = row.int(13) == 1
     }
 
-    /// Inserts a row; a taken `event_id` or `(app_id, nonce)` inserts nothing.
+    /// Inserts a row; a taken `event_id` or `(app_id, nonce)` inserts nothing. The canonical
+    /// payload goes to `event_payloads` under the row's `seq` (`insertPayloadSQL`).
     static let insertSQL = """
         INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, device_key, asid_key,
-            link_email, link_tfb, friends, declines_friends, nonce, payload, source_id, position)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            link_email, link_tfb, friends, declines_friends, nonce, source_id, position)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
         """
 
+    static let insertPayloadSQL = "INSERT INTO event_payloads (seq, payload) VALUES (?, ?)"
+
     /// Binds `insertSQL`'s values: this row's, then the columns only the log reads.
-    func bind(_ b: inout BulkStatement.Binder, nonce: String?, payload: String, sourceID: Int64, position: Int64) {
+    func bind(_ b: inout BulkStatement.Binder, nonce: String?, sourceID: Int64, position: Int64) {
         b.add(key.eventID); b.add(type.rawValue); b.add(key.at); b.add(appID); b.add(deviceID); b.add(asid)
         b.add(tracking?.rawValue); b.add(deviceKey); b.add(asidKey); b.add(linkEmail); b.add(linkTFB); b.add(friends)
-        b.add(declinesFriends); b.add(nonce); b.add(payload); b.add(sourceID); b.add(position)
+        b.add(declinesFriends); b.add(nonce); b.add(sourceID); b.add(position)
     }
 }

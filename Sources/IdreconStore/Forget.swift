@@ -24,9 +24,14 @@ extension EventStore {
             try db.execute(sql: "PRAGMA secure_delete = ON")
             var secrets: Set<String> = []
             var scrubbed = 0
-            let rows = try Row.fetchAll(db, sql: "SELECT seq, payload FROM events WHERE asid_key = ? AND asid = ?",
-                                        arguments: [StableHash.key(asid), asid])
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT seq, payload FROM events JOIN event_payloads USING (seq) WHERE asid_key = ? AND asid = ?
+                """, arguments: [StableHash.key(asid), asid])
             var emailKeys: Set<String> = []
+            func scrub(_ seq: Int64, _ clean: String) throws {
+                try db.execute(sql: "UPDATE event_payloads SET payload = ? WHERE seq = ?", arguments: [clean, seq])
+                try db.execute(sql: "UPDATE events SET link_email = NULL WHERE seq = ?", arguments: [seq])
+            }
             for row in rows {
                 let payload: String = row["payload"]
                 guard let value = try? JSONParser.parse(Array(payload.utf8)), let erased = ErasureRules.scrub(value) else { continue }
@@ -35,20 +40,21 @@ extension EventStore {
                     if case let .string(secret)? = value[key] { secrets.insert(secret); secrets.insert(secret.trimmingCharacters(in: .whitespaces)) }
                 }
                 if case let .string(email)? = value["email"] { emailKeys.insert(LinkKey.email(email)) }
-                try db.execute(sql: "UPDATE events SET payload = ?, link_email = NULL WHERE seq = ?", arguments: [clean, row["seq"] as Int64])
+                try scrub(row["seq"], clean)
                 scrubbed += 1
             }
             // The address is the person's wherever it appears: other ASIDs' logins with the
             // same (normalized) e-mail lose it too (their id_tokens stay: they are theirs).
             if !emailKeys.isEmpty {
                 let placeholders = emailKeys.map { _ in "?" }.joined(separator: ",")
-                let others = try Row.fetchAll(db, sql: "SELECT seq, payload FROM events WHERE link_email IN (\(placeholders))",
-                                              arguments: StatementArguments(Array(emailKeys)))
+                let others = try Row.fetchAll(db, sql: """
+                    SELECT seq, payload FROM events JOIN event_payloads USING (seq) WHERE link_email IN (\(placeholders))
+                    """, arguments: StatementArguments(Array(emailKeys)))
                 for row in others {
                     guard let value = try? JSONParser.parse(Array((row["payload"] as String).utf8)), case let .object(members) = value else { continue }
                     for case let (key, .string(email)) in members where key == "email" { secrets.insert(email); secrets.insert(email.trimmingCharacters(in: .whitespaces)) }
                     let clean = CanonicalJSON.encode(.object(members.filter { $0.key != "email" }))
-                    try db.execute(sql: "UPDATE events SET payload = ?, link_email = NULL WHERE seq = ?", arguments: [clean, row["seq"] as Int64])
+                    try scrub(row["seq"], clean)
                     scrubbed += 1
                 }
             }

@@ -77,7 +77,9 @@ extension EventStore {
     /// Every logged event as (event_id, canonical payload) in sequence order.
     public func eventPayloads() throws(IdreconError) -> [(eventID: String, payload: String)] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT event_id, payload FROM events ORDER BY seq").map { ($0["event_id"], $0["payload"]) }
+            try Row.fetchAll(db, sql: """
+                SELECT event_id, payload FROM events JOIN event_payloads USING (seq) ORDER BY seq
+                """).map { ($0["event_id"], $0["payload"]) }
         }
     }
 }

@@ -61,8 +61,9 @@ import Testing
         // The next events land two tiers later (seq 600,000 and on).
         try s.store.write { db in
             try db.execute(sql: """
-                INSERT INTO events (seq, event_id, type, occurred_at, app_id, device_id, payload, device_key, source_id, position)
-                VALUES (600000, 'pad', 'logout', 0, 'pad', 'pad', '{}', 0, (SELECT min(id) FROM sources), 0)
+                INSERT INTO events (seq, event_id, type, occurred_at, app_id, device_id, device_key, source_id, position)
+                VALUES (600000, 'pad', 'logout', 0, 'pad', 'pad', 0, (SELECT min(id) FROM sources), 0);
+                INSERT INTO event_payloads (seq, payload) VALUES (600000, '{}');
                 """)
         }
         // Late for device D: its fold must start again from a1 and a3, two tiers back.
