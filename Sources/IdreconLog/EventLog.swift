@@ -70,14 +70,30 @@ package enum EventLog {
     ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
-        let findEvent = try db.cachedStatement(sql: """
-            SELECT payload FROM event_payloads WHERE seq = (SELECT seq FROM events WHERE event_id = ?)
-            """)
+        let findSeq = try db.cachedStatement(sql: "SELECT seq FROM events WHERE event_id = ?")
+        let findPayload = try db.cachedStatement(sql: "SELECT payload FROM event_payloads WHERE seq = ?")
         let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
         // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
         // and only when it changed nothing look up which key was taken.
         let insertEvent = try BulkStatement(cached: db, LoggedEvent.insertSQL)
         let insertPayload = try BulkStatement(cached: db, LoggedEvent.insertPayloadSQL)
+        // The payloads of this batch's rows, written after all of them: each B-tree's new
+        // pages then come in runs, and a scan of `events` reads runs of adjacent pages
+        // instead of every third page of the file (schemas/sql.md, "Payloads apart").
+        var payloads: [(seq: Int64, payload: String)] = []
+        /// The logged payload of an `event_id`, from this batch's rows or the table.
+        func loggedPayload(_ eventID: String) throws -> String? {
+            guard let seq = try Int64.fetchOne(findSeq, arguments: [eventID]) else { return nil }
+            if let first = payloads.first, seq >= first.seq { // seqs rise through the batch
+                var (low, high) = (0, payloads.count)
+                while low < high {
+                    let mid = (low + high) / 2
+                    if payloads[mid].seq < seq { low = mid + 1 } else { high = mid }
+                }
+                if low < payloads.count, payloads[low].seq == seq { return payloads[low].payload }
+            }
+            return try String.fetchOne(findPayload, arguments: [seq])
+        }
         let insertQuarantine = try db.cachedStatement(sql: """
             INSERT INTO quarantine (source, position, partition, record_key, raw, code, message, event_id, quarantined_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -140,17 +156,14 @@ package enum EventLog {
             let inserted = try insertEvent.run {
                 row.bind(&$0, nonce: event.nonce, sourceID: source, position: record.origin.position)
             } == 1
-            if inserted {
-                let seq = db.lastInsertedRowID
-                try insertPayload.run { $0.add(seq); $0.add(event.canonicalPayload) }
-            }
+            if inserted { payloads.append((db.lastInsertedRowID, event.canonicalPayload)) }
             if let id = record.quarantineID,
-               try inserted || String.fetchOne(findEvent, arguments: [event.eventID])?.sameBytes(as: event.canonicalPayload) == true {
+               try inserted || loggedPayload(event.eventID)?.sameBytes(as: event.canonicalPayload) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
             }
             if inserted {
                 outcome.appended += 1
-            } else if let existing = try String.fetchOne(findEvent, arguments: [event.eventID]) {
+            } else if let existing = try loggedPayload(event.eventID) {
                 // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
                 // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
                 if existing.sameBytes(as: event.canonicalPayload) {
@@ -163,6 +176,7 @@ package enum EventLog {
                 try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
             }
         }
+        for (seq, payload) in payloads { try insertPayload.run { $0.add(seq); $0.add(payload) } }
         if outcome.duplicates > 0 {
             try db.execute(
                 sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
