@@ -363,6 +363,21 @@ package enum Schema {
                 ALTER TABLE events DROP COLUMN payload;
                 """)
         }
+        migrator.registerMigration("v13-limited-spans-covering") { db in
+            // The held-span lookup read `to_at` from each span's row: a seek into the table per
+            // span of the ASID (5.3 per limited ASID at 1M, more with every year of history).
+            // With `to_at` in the index the lookup reads the index alone (schemas/sql.md,
+            // "Access history").
+            let tables = try String.fetchAll(db, sql: """
+                SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'limited_spans_g[0-9]*'
+                """)
+            for table in tables {
+                try db.execute(sql: """
+                    DROP INDEX IF EXISTS limited_spans_gN_asid;
+                    CREATE INDEX limited_spans_gN_asid ON limited_spans_gN(asid, from_at, from_event, to_at);
+                    """.replacingOccurrences(of: "_gN", with: String(table.dropFirst("limited_spans".count))))
+            }
+        }
         return migrator
     }
 }

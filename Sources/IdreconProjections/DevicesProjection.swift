@@ -52,7 +52,7 @@ enum DevicesProjection: Projection {
     static func createIndexes(generation g: Int) -> String {
         """
         CREATE INDEX devices_g\(g)_asid ON devices_g\(g)(asid) WHERE asid IS NOT NULL;
-        CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at, from_event);
+        CREATE INDEX limited_spans_g\(g)_asid ON limited_spans_g\(g)(asid, from_at, from_event, to_at);
         """
     }
 
