@@ -150,21 +150,24 @@ extension EventStore {
 
         func answer(_ asid: String, asOf: Int64?) throws -> AccessAnswer {
             let t = asOf ?? .max
-            // Every limited span starts at a login of this ASID: with none by t, only a friend
-            // list can have named it (and the span tables, the largest, are not read).
+            let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
+            // The ASID's latest limited login by t; its span ends at the ASID's next login. A
+            // device's limited span starts at a limited login of the ASID, so with none by t no
+            // device holds it, and with one it has logged in by t: two seeks for every ASID.
+            if let latest = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
+                row.isNull(3) || row.int(3) > t ? evidence(row) : nil
+            }) {
+                if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
+                    return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
+                }
+                if let login = latest {
+                    return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
+                }
+                return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
+            }
             guard try loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil else {
                 let mentioned = try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil
                 return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
-            }
-            let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
-            if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
-                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
-            }
-            // The ASID's latest limited login by t; its span ends at the ASID's next login.
-            if let login = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
-                row.isNull(3) || row.int(3) > t ? evidence(row) : nil
-            }), let login {
-                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
             }
             return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
         }
