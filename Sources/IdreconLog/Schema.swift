@@ -351,9 +351,8 @@ package enum Schema {
         migrator.registerMigration("v12-event-payloads") { db in
             // The canonical payload is 60 % of an `events` row (393 of 630 bytes at 1M) and no
             // projection, index build or replay scan reads it: kept in the row, every scan of
-            // the log's columns read it too (6 GB at 10M, more than the page cache held beside
-            // the bench's files). Only the duplicate check, `forget` and exports read it, by
-            // `seq` (schemas/sql.md, "Payloads apart").
+            // the log's columns read it too (6 GB at 10M). Only the duplicate check and `forget`
+            // read it, by `seq` (schemas/sql.md, "Payloads apart").
             try db.execute(sql: """
                 CREATE TABLE event_payloads (
                     seq     INTEGER PRIMARY KEY,

@@ -153,7 +153,7 @@ extension EventStore {
             let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
             // The ASID's latest limited login by t; its span ends at the ASID's next login. A
             // device's limited span starts at a limited login of the ASID, so with none by t no
-            // device holds it, and with one it has logged in by t: two seeks for every ASID.
+            // device holds it, and with one it has logged in by t: two seeks per logged-in ASID.
             if let latest = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
                 row.isNull(3) || row.int(3) > t ? evidence(row) : nil
             }) {
