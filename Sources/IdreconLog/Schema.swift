@@ -6,6 +6,17 @@ import IdreconDomain
 /// literal SQL that depends on nothing of today's code (reason codes, projection tables,
 /// configuration types): a database made by any release upgrades the same way.
 package enum Schema {
+    /// The one migration that rewrites the whole log (`v12-event-payloads`): minutes at 10M
+    /// events, so an open that will run it says so first (`eventsToRewrite`).
+    private static let logRewrite = "v12-event-payloads"
+
+    /// The events whose rows the pending migrations rewrite: the log's size while
+    /// `logRewrite` has not run on a database that has a log, else 0.
+    package static func eventsToRewrite(_ db: Database) throws -> Int64 {
+        guard try !migrator.appliedIdentifiers(db).contains(logRewrite), try db.tableExists("events") else { return 0 }
+        return try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0
+    }
+
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-event-log") { db in
@@ -348,7 +359,7 @@ package enum Schema {
                     """.replacingOccurrences(of: "_gN", with: String(table.dropFirst("limited_spans".count))))
             }
         }
-        migrator.registerMigration("v12-event-payloads") { db in
+        migrator.registerMigration(logRewrite) { db in
             // The canonical payload is 60 % of an `events` row (393 of 630 bytes at 1M) and no
             // projection, index build or replay scan reads it: kept in the row, every scan of
             // the log's columns read it too (6 GB at 10M). Only the duplicate check and `forget`

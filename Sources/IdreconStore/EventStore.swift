@@ -137,15 +137,10 @@ public final class EventStore: Sendable {
         }
     }
 
-    /// Says on stderr, before it starts, that this open rewrites the log: `v12-event-payloads`
-    /// moves every payload to its own table (219 s for 10M events on the bench's machine), and
-    /// a command that sits silent for minutes looks hung.
+    /// Says on stderr, before it starts, that this open rewrites the log (`Schema.eventsToRewrite`:
+    /// 219 s for 10M events on the bench's machine): a command silent for minutes looks hung.
     private static func announceLongUpgrade(_ pool: DatabasePool, path: String) throws {
-        let events = try pool.read { db -> Int64 in
-            guard try !Schema.migrator.appliedIdentifiers(db).contains("v12-event-payloads"),
-                  try db.tableExists("events") else { return 0 }
-            return try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0
-        }
+        let events = try pool.read { db in try Schema.eventsToRewrite(db) }
         guard events >= 100_000 else { return }
         let line = "idrecon: upgrading \(path): the log's \(events) payloads move to their own table, once "
             + "(10-22 s per million events; stopping it rolls it back)\n"
