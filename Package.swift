@@ -34,11 +34,13 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
             ]
         ),
+        // SQLite's process-wide settings (`sqlite3_config`, variadic in C), for the log only.
+        .target(name: "CSQLiteSettings", linkerSettings: [.linkedLibrary("sqlite3")]),
         // The log: events, quarantine, consumed positions, migrations, SQLite's C API for the hot paths (GRDB).
         .target(
             name: "IdreconLog",
             dependencies: [
-                "IdreconDomain", .product(name: "GRDB", package: "GRDB.swift"),
+                "IdreconDomain", "CSQLiteSettings", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),

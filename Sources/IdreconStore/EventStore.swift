@@ -93,6 +93,7 @@ public final class EventStore: Sendable {
 
     /// Every connection's settings.
     static func configuration(readOnly: Bool) -> Configuration {
+        SQLiteProcess.configure()
         var config = Configuration()
         config.readonly = readOnly
         config.busyMode = .timeout(30)
