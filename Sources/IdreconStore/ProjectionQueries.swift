@@ -151,25 +151,24 @@ extension EventStore {
         func answer(_ asid: String, asOf: Int64?) throws -> AccessAnswer {
             let t = asOf ?? .max
             let evidence = { (row: BulkStatement.Reader) in (event: row.string(0), device: "\(row.string(1))/\(row.string(2))") }
-            // The ASID's latest limited login by t; its span ends at the ASID's next login. A
-            // device's limited span starts at a limited login of the ASID, so with none by t no
-            // device holds it, and with one it has logged in by t: two seeks per logged-in ASID.
-            if let latest = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
+            // The ASID's latest limited login by t (nil: none), with its evidence while its span
+            // lasts (the span ends at the ASID's next login). A device's limited span starts at
+            // a limited login of the ASID, so with none by t no device holds it, and with one
+            // the ASID has logged in by t: two seeks per logged-in ASID.
+            let latest = try latestLimited.first({ $0.add(asid); $0.add(t) }, { row in
                 row.isNull(3) || row.int(3) > t ? evidence(row) : nil
-            }) {
-                if let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
-                    return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
-                }
-                if let login = latest {
-                    return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
-                }
-                return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
+            })
+            if latest != nil, let span = try heldSpan.first({ $0.add(asid); $0.add(t); $0.add(t) }, evidence) {
+                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: span.event, evidenceDevice: span.device)
             }
-            guard try loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil else {
-                let mentioned = try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil
-                return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: nil, mentioned: mentioned))
+            if let login = latest ?? nil {
+                return AccessAnswer(asid: asid, state: .forbiddenLimited, evidenceEvent: login.event, evidenceDevice: login.device)
             }
-            return AccessAnswer(asid: asid, state: AccessState.decide(heldLimited: false, latestLoginLimited: false, mentioned: true))
+            // No limited login holds it: logged in by t (an ended limited span says so) is allowed.
+            let loggedInByT = { try latest != nil || loggedIn.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil }
+            return AccessAnswer(asid: asid, state: try AccessState.decide(
+                latestLoginLimited: { try loggedInByT() ? false : nil }, heldLimited: { false },
+                mentioned: { try mentions.first({ $0.add(asid); $0.add(t) }, { _ in true }) != nil }))
         }
     }
 
