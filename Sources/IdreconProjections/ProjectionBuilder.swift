@@ -29,7 +29,7 @@ package struct ProjectionBuilder {
     package enum ScannedFacts {
         /// Held in a box so that taking them leaves no second reference behind (the
         /// devices are sorted in place).
-        case inMemory(Handoff<(Facts, otherDevices: [DeviceRow])>)
+        case inMemory(Handoff<(Facts, otherDevices: DeviceEvents)>)
         case spilled(SpilledFacts, SpilledFacts, partitions: Int)
     }
 
@@ -71,7 +71,8 @@ package struct ProjectionBuilder {
             var (facts, otherDevices) = box.take()
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
-            let devices = Self.fold(devices: facts.takeDevices(), takeAll(&otherDevices))
+            let devices = Self.fold(devices: facts.takeDevices(), otherDevices)
+            otherDevices = DeviceEvents()
             progress(try write(facts, devices: { devices }, into: pool, friends: nil))
         case .spilled(let first, let second, let partitions):
             // A partition's logins are read back and aggregated on the other core while the
@@ -141,7 +142,6 @@ package struct ProjectionBuilder {
 
     /// One logged event as a device sees it.
     package struct DeviceRow {
-        var hash: Int64
         var app: String
         var device: String
         var fact: DeviceFact
@@ -198,7 +198,7 @@ package struct ProjectionBuilder {
 
     /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
     package struct Facts {
-        var devices: [DeviceRow] = []
+        var devices = DeviceEvents()
         var asids: [String: ASIDAggregate] = [:]
         var mentions: [String: EventKey] = [:]
 
@@ -215,7 +215,10 @@ package struct ProjectionBuilder {
         mutating func add(_ row: DeviceRow) { devices.append(row) }
 
         /// The device events, leaving none (and no second reference to them) behind.
-        mutating func takeDevices() -> [DeviceRow] { takeAll(&devices) }
+        mutating func takeDevices() -> DeviceEvents {
+            defer { devices = DeviceEvents() }
+            return devices
+        }
 
         /// Adds a login and the mentions of its friends that `mentions` accepts (the others
         /// come on their own, `mention`).
@@ -268,12 +271,7 @@ package struct ProjectionBuilder {
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             try ProjectionBuilder.scan(db, seqs: seqs, device: { row in
-                try devices[ranges.partition(app: row.app, device: row.device)].append { out in
-                    out.add(row.hash); out.add(row.app); out.add(row.device); out.add(row.fact.key.at); out.add(row.fact.key.eventID)
-                    out.add(UInt8(row.fact.type == .login ? 1 : 0))
-                    out.add(UInt8(row.fact.tracking == nil ? 0 : row.fact.tracking == .limited ? 2 : 1))
-                    out.add(row.fact.asid)
-                }
+                try devices[ranges.partition(app: row.app, device: row.device)].append { out in DeviceEvents.spill(row, &out) }
             }, login: { login in
                 try logins[ranges.partition(asid: login.asid)].append { out in
                     out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
@@ -294,17 +292,13 @@ package struct ProjectionBuilder {
         }
 
         /// The spilled device events of `partition`; deletes their file.
-        func takeDevices(_ partition: Int) throws -> [DeviceRow] {
-            var rows: [DeviceRow] = []
-            try devices[partition]?.forEach { row in
-                let hash = row.int(), app = row.string(), device = row.string(), at = row.int(), eventID = row.string()
-                let type: EventType = row.byte() == 1 ? .login : .logout
-                let tracking: Tracking? = switch row.byte() { case 0: nil; case 2: .limited; default: .enabled }
-                rows.append(DeviceRow(hash: hash, app: app, device: device,
-                                      fact: DeviceFact(key: EventKey(at: at, eventID: eventID), type: type, tracking: tracking, asid: row.optionalString())))
-            }
+        func takeDevices(_ partition: Int) throws -> DeviceEvents {
+            var events = DeviceEvents()
+            guard let file = devices[partition] else { return events }
+            events.reserveCapacity(for: file)
+            try file.forEach { row in events.append(spilled: &row) }
             devices[partition] = nil
-            return rows
+            return events
         }
 
         /// Adds the spilled logins of `partition` to `facts` and deletes their file.
@@ -334,57 +328,13 @@ package struct ProjectionBuilder {
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in
             let event = LoggedEvent(row)
-            try device(DeviceRow(hash: event.deviceKey, app: event.appID, device: event.deviceID, fact: event.deviceFact))
+            try device(DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact))
             guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
             let limited = event.tracking == .limited
             try login(LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
                                device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
                                friends: event.friends, declinesFriends: event.declinesFriends))
         }
-    }
-
-    /// Each device's state and limited spans, from its events in any order (in two arrays:
-    /// each is sorted in place and the two are merged as they are folded, which needs no
-    /// copy of both).
-    private static func fold(devices first: consuming [DeviceRow], _ second: consuming [DeviceRow]) -> FoldedDevices {
-        func precedes(_ a: DeviceRow, _ b: DeviceRow) -> Bool {
-            if a.hash != b.hash { return a.hash < b.hash }
-            // Bytes, not Swift's canonical-equivalence order: two device IDs that differ only
-            // in normalization are two devices (a hash collision must not merge them).
-            if !a.app.sameBytes(as: b.app) { return a.app.bytesPrecede(b.app) }
-            if !a.device.sameBytes(as: b.device) { return a.device.bytesPrecede(b.device) }
-            return a.fact.key < b.fact.key
-        }
-        var a = consume first, b = consume second
-        a.sort(by: precedes)
-        b.sort(by: precedes)
-        let events = a.count + b.count
-        var devices: [FoldedDevice] = []
-        var current: DeviceRow?
-        var fold = DevicesProjection.Fold()
-        var i = 0, j = 0
-        while i < a.count || j < b.count {
-            let row: DeviceRow
-            if j == b.count || (i < a.count && precedes(a[i], b[j])) {
-                row = a[i]
-                i += 1
-            } else {
-                row = b[j]
-                j += 1
-            }
-            if let device = current, device.hash != row.hash || !device.app.sameBytes(as: row.app)
-                || !device.device.sameBytes(as: row.device) {
-                devices.append((device.app, device.device, fold))
-                (current, fold) = (nil, DevicesProjection.Fold())
-            }
-            if current == nil { current = row }
-            fold.add(row.fact)
-        }
-        if let device = current { devices.append((device.app, device.device, fold)) }
-        (a, b) = ([], [])
-        // In key order, for the load.
-        devices.sort { a, b in a.app.sameBytes(as: b.app) ? a.device.bytesPrecede(b.device) : a.app.bytesPrecede(b.app) }
-        return (devices, events)
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {

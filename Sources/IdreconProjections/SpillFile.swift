@@ -17,6 +17,9 @@ final class SpillFile {
     /// Bytes buffered before a write (kept small: a replay writes to many files at once)
     /// and read at a time.
     private static let writeBuffer = 1 << 16, readBuffer = 1 << 20
+    /// Records appended, and their bytes with their 4-byte lengths: what reading them back
+    /// can reserve room for.
+    private(set) var records = 0, bytes = 0
 
     /// Creates an empty file in `directory`.
     init(directory: String) throws {
@@ -37,6 +40,8 @@ final class SpillFile {
         encode(&pending)
         let length = UInt32(pending.bytes.count - start - 4).littleEndian
         withUnsafeBytes(of: length) { for i in 0..<4 { pending.bytes[start + i] = $0[i] } }
+        records += 1
+        bytes += pending.bytes.count - start
         if pending.bytes.count >= Self.writeBuffer { try flush() }
     }
 
@@ -131,5 +136,11 @@ enum SpillRecord {
             return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + 4 + count)]), as: UTF8.self)
         }
         mutating func optionalString() -> String? { byte() == 1 ? string() : nil }
+        /// The bytes of the next text, valid while the record is (no `String` made of them).
+        mutating func text() -> UnsafeRawBufferPointer {
+            let count = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+            defer { offset += 4 + count }
+            return UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + 4 + count)])
+        }
     }
 }
