@@ -40,7 +40,8 @@ package struct ProjectionBuilder {
     package func scan(
         _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String
     ) throws -> ScannedFacts {
-        let partitions = Int(max(1, (events + Int64(partitionSize) - 1) / Int64(partitionSize)))
+        let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
+        let partitions = Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up)))
         let middle = lastSeq / 2
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         guard partitions > 1 else {
@@ -61,6 +62,42 @@ package struct ProjectionBuilder {
             } })
         return .spilled(first, second, partitions: partitions)
     }
+
+    /// How many events of the bench's generated stream an event of this log weighs in a
+    /// partition's memory (at least 1): estimated from events sampled at evenly spaced
+    /// sequence numbers. A partition's facts hold each login's event key and each friend its
+    /// list names, and a text longer than 15 bytes (a UUID event ID, an ASID of 16 digits or
+    /// more) is a heap object of its own where a shorter one is stored inline: with UUID event
+    /// IDs a 1M replay peaked at 285–318 MB against 208–218 MB. So a log of larger events is
+    /// split into more partitions, and a partition's memory stays what the configuration
+    /// sets (`partitionSize` events of the bench's stream), whatever the texts.
+    package static func memoryWeight(_ db: Database, seqs: ClosedRange<Int64>) throws -> Double {
+        /// A Swift string's heap object for `bytes` UTF-8 bytes: none up to 15 (inline), else
+        /// a 32-byte header and the bytes, rounded up to malloc's 16.
+        func heap(_ bytes: Int) -> Int { bytes <= 15 ? 0 : (bytes + 32 + 15) / 16 * 16 }
+        let next = try BulkStatement(db, """
+            SELECT event_id, asid, friends FROM events WHERE seq >= ? ORDER BY seq LIMIT 1
+            """)
+        let samples: Int64 = 512, span = seqs.upperBound - seqs.lowerBound + 1
+        var total = 0, sampled = 0
+        for i in 0..<min(samples, span) {
+            let seq = seqs.lowerBound + span / samples * i + span % samples * i / samples
+            try next.each({ $0.add(seq) }) { row in
+                var bytes = Self.eventBytes + heap(row.string(0).utf8.count) + heap(row.optionalString(1)?.utf8.count ?? 0)
+                for friend in row.optionalString(2).map(StoredFriendList.split) ?? [] {
+                    bytes += Self.friendBytes + heap(friend.utf8.count)
+                }
+                total += bytes
+                sampled += 1
+            }
+        }
+        guard sampled > 0 else { return 1 }
+        return max(1, Double(total) / Double(sampled) / Double(Self.referenceBytes))
+    }
+
+    /// The model's bytes per event besides its texts and per friend-list entry, and what an
+    /// event of the bench's stream (short IDs, lists of 0–7 friends) weighs in it.
+    private static let eventBytes = 128, friendBytes = 16, referenceBytes = 192
 
     /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
     /// mentions of the scanned events, one partition after the other. `progress` gets the

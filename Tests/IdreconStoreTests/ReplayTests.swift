@@ -103,3 +103,29 @@ import Testing
         #expect(try s.store.userID(asid: "301") == "u:301")
     }
 }
+
+@Suite struct PartitionWeightTests {
+    /// A log whose texts are heap objects (UUID event IDs, long friend lists) is split into
+    /// more partitions, so a partition's memory stays what the configuration sets; a log
+    /// like the bench's stream (short IDs, short lists) weighs 1, and its replay is split as
+    /// before. The replays still equal the live projections.
+    @Test func largerEventsMakeMorePartitionsAndTheSameProjections() throws {
+        func weight(_ id: (Int) -> String, friends: Int) throws -> Double {
+            var s = try Stream()
+            try s.ingest((0..<200).map { i in
+                Stream.login(id(i), day: 1 + Double(i) / 100, device: "d\(i % 20)", asid: "\(1000 + i % 30)",
+                             extra: friends > 0 ? ["friend_asids": (0..<friends).map { "\(5000 + i + $0)" },
+                                                   "granted_permissions": ["public_profile", "user_friends"]] : [:])
+            }, batchSize: 50)
+            let w = try s.store.read { db in try ProjectionBuilder.memoryWeight(db, seqs: 1...200) }
+            try s.verifyReplay()
+            let report = try s.store.replay(verifyOnly: true, partitionSize: 60)
+            #expect(report.drift.isEmpty)
+            return w
+        }
+        #expect(try weight({ "ev-1-\($0)" }, friends: 3) == 1)
+        let uuids = try weight({ i in "0000000\(i % 10)-0ff0-4954-a19f-b2adec\(String(format: "%06d", i))" }, friends: 3)
+        #expect(uuids > 1.15)
+        #expect(try weight({ "ev-1-\($0)" }, friends: 30) > 2)
+    }
+}
