@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Turns a generated stream into another workload for benchmarks: more Limited Login and
-random UUID event IDs. Usage: vary_stream.py IN OUT [--limited P] [--uuid] [--seed S]
+random UUID event IDs, and the IDs of real devices and users.
+Usage: vary_stream.py IN OUT [--limited P] [--uuid] [--long-ids] [--seed S]
 
 --limited P: a classic login that may be limited (not tvOS, not device_login) becomes limited
 with probability P (token type, permissions and token_for_business made to fit).
---uuid: every event_id becomes a random UUID (the same for every copy of an event)."""
+--uuid: every event_id becomes a random UUID (the same for every copy of an event).
+--long-ids: IDs as long as real ones, which Swift no longer stores inline (more than 15 bytes):
+every device_id becomes an upper-case UUID (as iOS's identifierForVendor; a name-based UUID of
+the generated ID, so a device keeps its ID) and every ASID, friends' included, gets the prefix
+"10" (17 digits, as Facebook's ASIDs have)."""
 import argparse, json, random, uuid
 
 LIMITED_OK = {"public_profile", "email", "gaming_profile", "gaming_user_picture", "user_age_range", "user_birthday",
@@ -15,6 +20,7 @@ ap.add_argument("input")
 ap.add_argument("output")
 ap.add_argument("--limited", type=float, default=0.0)
 ap.add_argument("--uuid", action="store_true")
+ap.add_argument("--long-ids", action="store_true")
 ap.add_argument("--seed", type=int, default=3)
 a = ap.parse_args()
 rng = random.Random(a.seed)
@@ -34,6 +40,13 @@ with open(a.input, "rb") as src, open(a.output, "w") as out:
             if key not in ids:
                 ids[key] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
             e["event_id"] = ids[key]
+        if a.long_ids:
+            if isinstance(e.get("device_id"), str):
+                e["device_id"] = str(uuid.uuid5(uuid.NAMESPACE_OID, e["device_id"])).upper()
+            if isinstance(e.get("asid"), str) and e["asid"].isdigit():
+                e["asid"] = "10" + e["asid"]
+            if isinstance(e.get("friend_asids"), list):
+                e["friend_asids"] = ["10" + f if isinstance(f, str) and f.isdigit() else f for f in e["friend_asids"]]
         if (a.limited and e.get("type", "login") == "login" and e.get("tracking") == "enabled"
                 and e.get("platform", "ios") != "tvos" and e.get("flow") != "device_login"):
             # Decided per event ID, so duplicates stay identical.
