@@ -25,17 +25,10 @@ struct KeyRanges: Sendable {
     /// are empty the events alone decide.
     init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int) throws {
         let samples = Int64(partitions * Self.samplesPerPartition)
-        let span = seqs.upperBound - seqs.lowerBound + 1
-        let next = try BulkStatement(db, """
-            SELECT app_id, device_id, CASE WHEN type = 'login' THEN asid END FROM events WHERE seq >= ? ORDER BY seq LIMIT 1
-            """)
         var eventDevices: [ByteTextPair] = [], eventASIDs: [ByteText] = []
-        for i in 0..<samples {
-            let seq = seqs.lowerBound + span / samples * i + span % samples * i / samples
-            try next.each({ $0.add(seq) }) { row in
-                eventDevices.append(ByteTextPair(row.string(0), row.string(1)))
-                if let asid = row.optionalString(2) { eventASIDs.append(ByteText(asid)) }
-            }
+        try Self.sampleEvents(db, seqs: seqs, count: samples, columns: "app_id, device_id, CASE WHEN type = 'login' THEN asid END") { row in
+            eventDevices.append(ByteTextPair(row.string(0), row.string(1)))
+            if let asid = row.optionalString(2) { eventASIDs.append(ByteText(asid)) }
         }
         let liveDevices = try Self.everyNth(db, "devices", columns: "app_id, device_id", about: samples) {
             ByteTextPair($0.string(0), $0.string(1))
@@ -43,6 +36,19 @@ struct KeyRanges: Sendable {
         let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
         devices = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
         asids = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions)
+    }
+
+    /// Calls `body` with `columns` of the first event at or after each of `count` sequence
+    /// numbers spaced evenly over `seqs`: one seek each.
+    static func sampleEvents(
+        _ db: Database, seqs: ClosedRange<Int64>, count: Int64, columns: String, _ body: (BulkStatement.Reader) throws -> Void
+    ) throws {
+        let span = seqs.upperBound - seqs.lowerBound + 1
+        let next = try BulkStatement(db, "SELECT \(columns) FROM events WHERE seq >= ? ORDER BY seq LIMIT 1")
+        for i in 0..<count {
+            let seq = seqs.lowerBound + span / count * i + span % count * i / count
+            try next.each({ $0.add(seq) }, row: body)
+        }
     }
 
     /// About `samples` rows at even steps through a reader view, in key order.

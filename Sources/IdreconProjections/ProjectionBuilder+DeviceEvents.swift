@@ -15,7 +15,7 @@ extension ProjectionBuilder {
             // SQLite's texts are at most 10^9 bytes (SQLITE_MAX_LENGTH), so each length fits.
             var appLength: UInt32, deviceLength: UInt32, eventIDLength: UInt32, asidLength: UInt32
             var isLogin: Bool
-            /// 0 none, 1 enabled, 2 limited.
+            /// `code(_:)` of the tracking.
             var tracking: UInt8
             var hasASID: Bool
         }
@@ -28,6 +28,18 @@ extension ProjectionBuilder {
         var count: Int { entries.count }
 
         mutating func reserveCapacity(_ events: Int) { entries.reserveCapacity(events) }
+
+        /// The events, leaving none (and no second reference to them) behind: the taker sorts
+        /// them in place.
+        mutating func take() -> DeviceEvents {
+            defer { self = DeviceEvents() }
+            return self
+        }
+
+        /// A tracking as one byte (entries and spill records): 0 none, 1 enabled, 2 limited.
+        private static func code(_ tracking: Tracking?) -> UInt8 { tracking == nil ? 0 : tracking == .limited ? 2 : 1 }
+
+        private static func tracking(_ code: UInt8) -> Tracking? { code == 0 ? nil : code == 2 ? .limited : .enabled }
 
         /// Room for what `file` holds (`spill`'s records): an array that doubles as it grows
         /// holds up to three times its bytes while it is copied.
@@ -51,7 +63,7 @@ extension ProjectionBuilder {
             }
             entries.append(Entry(at: at, offset: offset, appLength: app, deviceLength: device, eventIDLength: eventID,
                                  asidLength: asid ?? 0, isLogin: isLogin,
-                                 tracking: tracking == nil ? 0 : tracking == .limited ? 2 : 1, hasASID: asid != nil))
+                                 tracking: Self.code(tracking), hasASID: asid != nil))
         }
 
         /// Appends one event of the log's scan.
@@ -66,8 +78,7 @@ extension ProjectionBuilder {
         /// Appends one event as `SpilledFacts` wrote it (`spill`).
         mutating func append(spilled row: inout SpillRecord.Reader) {
             let at = row.int(), isLogin = row.byte() == 1
-            let tracking: Tracking? = switch row.byte() { case 0: nil; case 2: .limited; default: .enabled }
-            append(at: at, isLogin: isLogin, tracking: tracking) { add in
+            append(at: at, isLogin: isLogin, tracking: Self.tracking(row.byte())) { add in
                 (add(row.text()), add(row.text()), add(row.text()), row.byte() == 1 ? add(row.text()) : nil)
             }
         }
@@ -75,7 +86,7 @@ extension ProjectionBuilder {
         /// Writes one event of the log's scan as `append(spilled:)` reads it.
         static func spill(_ row: DeviceRow, _ out: inout SpillRecord.Writer) {
             out.add(row.fact.key.at); out.add(UInt8(row.fact.type == .login ? 1 : 0))
-            out.add(UInt8(row.fact.tracking == nil ? 0 : row.fact.tracking == .limited ? 2 : 1))
+            out.add(code(row.fact.tracking))
             out.add(row.app); out.add(row.device); out.add(row.fact.key.eventID); out.add(row.fact.asid)
         }
 
@@ -118,7 +129,7 @@ extension ProjectionBuilder {
             return DeviceFact(
                 key: EventKey(at: e.at, eventID: String(decoding: eventID(e, base), as: UTF8.self)),
                 type: e.isLogin ? .login : .logout,
-                tracking: e.tracking == 0 ? nil : e.tracking == 2 ? .limited : .enabled,
+                tracking: tracking(e.tracking),
                 asid: e.hasASID ? String(decoding: slice(base, asidOffset, e.asidLength), as: UTF8.self) : nil)
         }
 

@@ -48,7 +48,7 @@ package struct ProjectionBuilder {
             var (facts, second) = try concurrently(
                 { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events)) } },
                 { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events)) } })
-            let otherDevices = second.takeDevices() // folded alongside, never concatenated
+            let otherDevices = second.devices.take() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
         }
@@ -75,21 +75,15 @@ package struct ProjectionBuilder {
         /// A Swift string's heap object for `bytes` UTF-8 bytes: none up to 15 (inline), else
         /// a 32-byte header and the bytes, rounded up to malloc's 16.
         func heap(_ bytes: Int) -> Int { bytes <= 15 ? 0 : (bytes + 32 + 15) / 16 * 16 }
-        let next = try BulkStatement(db, """
-            SELECT event_id, asid, friends FROM events WHERE seq >= ? ORDER BY seq LIMIT 1
-            """)
-        let samples: Int64 = 512, span = seqs.upperBound - seqs.lowerBound + 1
         var total = 0, sampled = 0
-        for i in 0..<min(samples, span) {
-            let seq = seqs.lowerBound + span / samples * i + span % samples * i / samples
-            try next.each({ $0.add(seq) }) { row in
-                var bytes = Self.eventBytes + heap(row.string(0).utf8.count) + heap(row.optionalString(1)?.utf8.count ?? 0)
-                for friend in row.optionalString(2).map(StoredFriendList.split) ?? [] {
-                    bytes += Self.friendBytes + heap(friend.utf8.count)
-                }
-                total += bytes
-                sampled += 1
+        let count = min(512, seqs.upperBound - seqs.lowerBound + 1)
+        try KeyRanges.sampleEvents(db, seqs: seqs, count: count, columns: "event_id, asid, friends") { row in
+            var bytes = Self.eventBytes + heap(row.string(0).utf8.count) + heap(row.optionalString(1)?.utf8.count ?? 0)
+            for friend in row.optionalString(2).map(StoredFriendList.split) ?? [] {
+                bytes += Self.friendBytes + heap(friend.utf8.count)
             }
+            total += bytes
+            sampled += 1
         }
         guard sampled > 0 else { return 1 }
         return max(1, Double(total) / Double(sampled) / Double(Self.referenceBytes))
@@ -108,8 +102,7 @@ package struct ProjectionBuilder {
             var (facts, otherDevices) = box.take()
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
-            let devices = Self.fold(devices: facts.takeDevices(), otherDevices)
-            otherDevices = DeviceEvents()
+            let devices = Self.fold(devices: facts.devices.take(), otherDevices.take())
             progress(try write(facts, devices: { devices }, into: pool, friends: nil))
         case .spilled(let first, let second, let partitions):
             // A partition's logins are read back and aggregated on the other core while the
@@ -250,12 +243,6 @@ package struct ProjectionBuilder {
         }
 
         mutating func add(_ row: DeviceRow) { devices.append(row) }
-
-        /// The device events, leaving none (and no second reference to them) behind.
-        mutating func takeDevices() -> DeviceEvents {
-            defer { devices = DeviceEvents() }
-            return devices
-        }
 
         /// Adds a login and the mentions of its friends that `mentions` accepts (the others
         /// come on their own, `mention`).
