@@ -31,7 +31,7 @@ public enum EventValidator {
         }
 
         let eventID = try fields.requiredString(.eventID)
-        guard (1...128).contains(eventID.utf8.count), eventID.utf8.allSatisfy(isEventIDByte) else {
+        guard isEventID(eventID.utf8) else {
             throw Rejection(.invalidField, "field 'event_id' must be 1-128 characters of [A-Za-z0-9._:-]")
         }
         let type = try fields.enumeration(.type, EventType.self) ?? .login
@@ -48,9 +48,9 @@ public enum EventValidator {
 
         let deviceID = try fields.requiredString(.deviceID)
         let deviceASCII = deviceID.isASCII
-        guard (1...128).contains(deviceASCII ? deviceID.utf8.count : deviceID.unicodeScalars.count),
-              deviceID.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) // ASCII fast path; C1 controls below
-                  && (deviceASCII || deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }))
+        guard deviceASCII ? isASCIIDeviceID(deviceID.utf8)
+                : (1...128).contains(deviceID.unicodeScalars.count) && deviceID.utf8.allSatisfy(isPrintableASCIIOrHigh)
+                    && deviceID.unicodeScalars.allSatisfy({ $0.properties.generalCategory != .control }) // C1 controls
         else { throw Rejection(.invalidField, "field 'device_id' must be 1-128 printable characters") }
 
         let platform = try fields.enumeration(.platform, Platform.self) ?? .ios
@@ -71,7 +71,7 @@ public enum EventValidator {
         if let asid { try checkDigits(asid, "asid") }
 
         let email = try fields.optionalString(.email)
-        if let email, email.utf8.lazy.filter({ $0 == UInt8(ascii: "@") }).count != 1 {
+        if let email, !isEmail(email.utf8) {
             throw Rejection(.invalidField, "field 'email' must contain exactly one '@'")
         }
 
@@ -87,9 +87,7 @@ public enum EventValidator {
         let declined = try fields.optionalStringArray(.declinedPermissions)
 
         let nonce = try fields.optionalString(.nonce)
-        if let nonce, nonce.isEmpty || (nonce.isASCII
-            ? nonce.utf8.contains { $0 == 0x20 || (0x09...0x0D).contains($0) } // ASCII's White_Space
-            : nonce.unicodeScalars.contains { $0.properties.isWhitespace }) {
+        if let nonce, nonce.isASCII ? !isASCIINonce(nonce.utf8) : nonce.unicodeScalars.contains { $0.properties.isWhitespace } {
             throw Rejection(.invalidField, "field 'nonce' must be non-empty without whitespace")
         }
         let idToken = try fields.optionalString(.idToken)
@@ -139,20 +137,46 @@ public enum EventValidator {
         )
     }
 
-    private static func isEventIDByte(_ b: UInt8) -> Bool {
-        switch b {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "-"):
-            return true
-        default:
-            return false
+    /// The rules on a field's text, over its UTF-8 bytes: one place for the validator and its
+    /// fast path (`EventValidator+Plain.swift`).
+    /// `event_id`: 1-128 characters of [A-Za-z0-9._:-].
+    static func isEventID(_ bytes: some Collection<UInt8>) -> Bool {
+        (1...128).contains(bytes.count) && bytes.allSatisfy { b in
+            switch b {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "-"):
+                true
+            default:
+                false
+            }
         }
+    }
+
+    /// An ASCII `device_id`: 1-128 printable characters (no C0 control, no DEL).
+    static func isASCIIDeviceID(_ bytes: some Collection<UInt8>) -> Bool {
+        (1...128).contains(bytes.count) && bytes.allSatisfy(isPrintableASCIIOrHigh)
+    }
+
+    private static func isPrintableASCIIOrHigh(_ b: UInt8) -> Bool { b >= 0x20 && b != 0x7F }
+
+    /// `email`: exactly one '@'.
+    static func isEmail(_ bytes: some Collection<UInt8>) -> Bool {
+        var ats = 0
+        for b in bytes where b == UInt8(ascii: "@") { ats += 1 }
+        return ats == 1
+    }
+
+    /// An ASCII `nonce`: non-empty, without ASCII's White_Space.
+    static func isASCIINonce(_ bytes: some Collection<UInt8>) -> Bool {
+        !bytes.isEmpty && !bytes.contains { $0 == 0x20 || (0x09...0x0D).contains($0) }
     }
 
     /// Whether `s` is an ASID as events carry them: 1-32 ASCII digits (what the commands
     /// that look ASIDs up accept too).
-    public static func isASID(_ s: String) -> Bool {
-        (1...32).contains(s.utf8.count) && s.utf8.allSatisfy { $0 >= 48 && $0 <= 57 }
+    public static func isASID(_ s: String) -> Bool { isASID(utf8: s.utf8) }
+
+    static func isASID(utf8 bytes: some Collection<UInt8>) -> Bool {
+        (1...32).contains(bytes.count) && bytes.allSatisfy { $0 >= 48 && $0 <= 57 }
     }
 
     private static func checkDigits(_ s: String, _ field: String, element: Bool = false) throws(Rejection) {
@@ -163,18 +187,18 @@ public enum EventValidator {
 }
 
 /// The members the validator reads (SPEC section 2), found once per record by their bytes.
-private enum Field: Int, CaseIterable {
+enum Field: Int, CaseIterable {
     case schema, eventID, type, occurredAt, appID, deviceID, platform, flow, tracking, tokenType, asid, email
     case friendASIDs, grantedPermissions, declinedPermissions, nonce, idToken, tokenForBusiness
 
     var name: String { Self.names[rawValue] }
 
-    private static let names = [
+    static let names = [
         "schema", "event_id", "type", "occurred_at", "app_id", "device_id", "platform", "flow", "tracking", "token_type",
         "asid", "email", "friend_asids", "granted_permissions", "declined_permissions", "nonce", "id_token",
         "token_for_business",
     ]
-    private static let bytes = names.map { Array($0.utf8) }
+    static let bytes = names.map { Array($0.utf8) }
 
     /// The field `key` names, by byte equality (never `String ==`, which equates canonically
     /// equivalent texts).

@@ -26,9 +26,9 @@ public struct Rejection: Error, Equatable, Sendable {
     }
 }
 
-public enum EventType: String, Sendable, Codable { case login, logout }
-public enum Tracking: String, Sendable, Codable { case enabled, limited }
-public enum TokenType: String, Sendable, Codable { case accessToken = "access_token", authenticationToken = "authentication_token" }
+public enum EventType: String, Sendable, Codable, CaseIterable { case login, logout }
+public enum Tracking: String, Sendable, Codable, CaseIterable { case enabled, limited }
+public enum TokenType: String, Sendable, Codable, CaseIterable { case accessToken = "access_token", authenticationToken = "authentication_token" }
 public enum Platform: String, Sendable, Codable, CaseIterable { case ios, tvos, android, web, unity }
 public enum Flow: String, Sendable, Codable, CaseIterable { case loginManager = "login_manager", loginButton = "login_button", deviceLogin = "device_login" }
 

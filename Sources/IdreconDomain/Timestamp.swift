@@ -5,7 +5,12 @@ public enum Timestamp {
     /// Leap second 60 is rejected. Returns nil when the text is not such a timestamp, or when
     /// its UTC instant falls outside `range` (it could not be written back as RFC 3339).
     public static func parse(_ text: String) -> Int64? {
-        var utf8 = Array(text.utf8)
+        var text = text
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    /// `parse` of the UTF-8 bytes of a text.
+    public static func parse(utf8: UnsafeBufferPointer<UInt8>) -> Int64? {
         guard utf8.count >= 20 else { return nil }
         func num(_ from: Int, _ count: Int) -> Int? {
             var v = 0
@@ -51,7 +56,6 @@ public enum Timestamp {
             return nil
         }
         guard i == utf8.count else { return nil }
-        utf8.removeAll()
         let days = daysFromCivil(year: year, month: month, day: day)
         let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
         let instant = seconds * 1000 + Int64(millis)

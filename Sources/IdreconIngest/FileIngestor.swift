@@ -189,11 +189,8 @@ public enum BatchValidator {
                             origin: pending[i].origin))
                         continue
                     }
-                    var record = IncomingRecord(raw: pending[i].raw, origin: pending[i].origin, maxBytes: maxRecordBytes)
-                    if let tokens, case let .success(event) = record.validation, let failure = tokens.check(event) {
-                        record.validation = .failure(Rejection(.tokenInvalid, failure.detail))
-                    }
-                    (out.baseAddress! + i).initialize(to: record)
+                    (out.baseAddress! + i).initialize(to: IncomingRecord(
+                        raw: pending[i].raw, origin: pending[i].origin, maxBytes: maxRecordBytes, tokens: tokens))
                 }
             }
             if chunks == 1 { validate(chunk: 0) } else { DispatchQueue.concurrentPerform(iterations: chunks, execute: validate) }

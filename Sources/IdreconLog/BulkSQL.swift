@@ -34,6 +34,14 @@ package struct BulkStatement {
         return Int(sqlite3_changes(db.sqliteConnection))
     }
 
+    /// `run` for values bound in place (`Binder.add(borrowed:)`): the bindings are cleared
+    /// before it returns, so the statement keeps no pointer into the caller's memory.
+    @discardableResult
+    package func runBorrowing(_ bind: (inout Binder) -> Void) throws -> Int {
+        defer { sqlite3_clear_bindings(handle) }
+        return try run(bind)
+    }
+
     /// Runs a query, binding `bind`'s values, and calls `row` for each result row.
     package func each(_ bind: (inout Binder) -> Void = { _ in }, row: (Reader) throws -> Void) throws {
         try eachWhile(bind) { reader in
@@ -92,6 +100,20 @@ package struct BulkStatement {
             if let value { sqlite3_bind_int64(handle, index, value) } else { sqlite3_bind_null(handle, index) }
             index += 1
         }
+
+        /// Text bound without a copy (`SQLITE_STATIC`): valid while the statement runs, so
+        /// only through `runBorrowing`; nil binds NULL.
+        package mutating func add(borrowed text: UnsafeRawBufferPointer?) {
+            if let text {
+                let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
+                sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
+            } else {
+                sqlite3_bind_null(handle, index)
+            }
+            index += 1
+        }
+
+        private static let empty: StaticString = ""
 
         package mutating func add(_ value: String?) {
             guard var value else {

@@ -80,7 +80,7 @@ package enum EventLog {
         // The payloads of this batch's rows, written after all of them: each B-tree's new
         // pages then come in runs, and a scan of `events` reads runs of adjacent pages
         // instead of every third page of the file (schemas/sql.md, "Payloads apart").
-        var payloads: [(seq: Int64, payload: String)] = []
+        var payloads: [(seq: Int64, image: LoggedEvent.Image)] = []
         /// The logged payload of an `event_id`, from this batch's rows or the table.
         func loggedPayload(_ eventID: String) throws -> String? {
             guard let seq = try Int64.fetchOne(findSeq, arguments: [eventID]) else { return nil }
@@ -90,7 +90,7 @@ package enum EventLog {
                     let mid = (low + high) / 2
                     if payloads[mid].seq < seq { low = mid + 1 } else { high = mid }
                 }
-                if low < payloads.count, payloads[low].seq == seq { return payloads[low].payload }
+                if low < payloads.count, payloads[low].seq == seq { return payloads[low].image.payload }
             }
             return try String.fetchOne(findPayload, arguments: [seq])
         }
@@ -133,50 +133,52 @@ package enum EventLog {
             lastSource = (name, id)
             return id
         }
-        for record in records {
-            var event: LoginEvent
-            switch record.validation {
+        // Records are read in place: a copy of one retained each of its texts, and the writer is
+        // the pipeline's bottleneck.
+        for index in records.indices {
+            var image: LoggedEvent.Image
+            switch records[index].verdict {
             case let .failure(rejection):
+                let record = records[index]
                 try quarantine(record, rejection, eventID: record.knownEventID ?? Self.bestEffortEventID(record.raw))
                 continue
-            case let .success(e):
-                event = e
+            case let .success(accepted):
+                image = accepted
             }
-            var row = LoggedEvent(event, derived: record.derived)
-            if forgotten.contains(event.asid), let clean = ErasureRules.scrub(payload: event.canonicalPayload) {
+            if !forgotten.isEmpty, forgotten.contains(image.asid), let clean = ErasureRules.scrub(payload: image.payload) {
                 switch EventValidator.validate(Array(clean.utf8)) {
                 case let .success(scrubbed):
-                    (event, row) = (scrubbed, LoggedEvent(scrubbed))
+                    image = LoggedEvent.Image(scrubbed)
                 case let .failure(rejection):
-                    try quarantine(record, rejection, eventID: event.eventID, raw: Array(clean.utf8))
+                    try quarantine(records[index], rejection, eventID: image.eventID, raw: Array(clean.utf8))
                     continue
                 }
             }
-            let source = try sourceID(record.origin.source)
-            let inserted = try insertEvent.run {
-                row.bind(&$0, nonce: event.nonce, sourceID: source, position: record.origin.position)
-            } == 1
-            if inserted { payloads.append((db.lastInsertedRowID, event.canonicalPayload)) }
-            if let id = record.quarantineID,
-               try inserted || loggedPayload(event.eventID)?.sameBytes(as: event.canonicalPayload) == true {
+            let source = try sourceID(records[index].origin.source)
+            let inserted = try image.insert(insertEvent, sourceID: source, position: records[index].origin.position) == 1
+            if inserted { payloads.append((db.lastInsertedRowID, image)) }
+            if let id = records[index].quarantineID,
+               try inserted || loggedPayload(image.eventID).map(image.payloadIs) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
             }
             if inserted {
                 outcome.appended += 1
-            } else if let existing = try loggedPayload(event.eventID) {
+            } else if let existing = try loggedPayload(image.eventID) {
                 // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
                 // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
-                if existing.sameBytes(as: event.canonicalPayload) {
+                if image.payloadIs(existing) {
                     outcome.duplicates += 1
                 } else {
-                    try quarantine(record, Rejection(.eventIDConflict, "event_id '\(event.eventID)' is already in the log with a different payload"), eventID: event.eventID)
+                    let eventID = image.eventID
+                    try quarantine(records[index], Rejection(.eventIDConflict, "event_id '\(eventID)' is already in the log with a different payload"), eventID: eventID)
                 }
             } else {
-                let other = try String.fetchOne(findNonce, arguments: [event.appID, event.nonce]) ?? "?"
-                try quarantine(record, Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(event.appID)"), eventID: event.eventID)
+                let (eventID, appID) = (image.eventID, image.appID)
+                let other = try String.fetchOne(findNonce, arguments: [appID, image.nonce]) ?? "?"
+                try quarantine(records[index], Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(appID)"), eventID: eventID)
             }
         }
-        for (seq, payload) in payloads { try insertPayload.run { $0.add(seq); $0.add(payload) } }
+        for (seq, image) in payloads { try image.insertPayload(insertPayload, seq: seq) }
         if outcome.duplicates > 0 {
             try db.execute(
                 sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",

@@ -1,7 +1,7 @@
 import IdreconDomain
 
 /// A row of `events` as the log writes it and the projections read it: the one description
-/// of those columns. The append writes it (`insertSQL`, `bind`); the projections' catch-up,
+/// of those columns. The append writes it (`insertSQL`, through its `Image`); the projections' catch-up,
 /// replay's scan and the refolds of late events read it (`selectColumns`, `init(_:)`), so a
 /// column is named, ordered and decoded in one place. The columns only the log reads (`nonce`,
 /// the source and its position) are bound beside it; the canonical payload is kept apart, in
@@ -28,40 +28,22 @@ package struct LoggedEvent: Sendable {
     package var friends: String?
     package var declinesFriends: Bool
 
-    /// The columns an event's fields do not hold as they are: computed where the event is
-    /// validated, off the writer's thread, and kept with the record until it is appended
-    /// (only these, not a whole row: a pipeline holds a few hundred thousand records).
-    package struct Derived: Sendable {
-        var deviceKey: Int64
-        var asidKey: Int64?
-        var linkEmail: String?
-        var linkTFB: String?
-        var friends: String?
-        var declinesFriends: Bool
-
-        package init(_ e: LoginEvent) {
-            let login = e.type == .login
-            deviceKey = StableHash.key(e.appID, e.deviceID)
-            asidKey = e.asid.map { StableHash.key($0) }
-            linkEmail = login ? e.email.map(LinkKey.email) : nil
-            linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
-            friends = login ? e.friendASIDs?.joined(separator: ",") : nil
-            declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
-        }
-    }
-
-    /// The row of a validated event, with its derived columns (`Derived(e)` when nil).
-    package init(_ e: LoginEvent, derived: Derived? = nil) {
-        let d = derived ?? Derived(e)
+    /// The row of a validated event.
+    package init(_ e: LoginEvent) {
+        let login = e.type == .login
         seq = 0
         key = EventKey(at: e.occurredAt, eventID: e.eventID)
         appID = e.appID
         deviceID = e.deviceID
         type = e.type
-        tracking = e.type == .login ? e.tracking : nil
+        tracking = login ? e.tracking : nil
         asid = e.asid
-        (deviceKey, asidKey, linkEmail, linkTFB, friends, declinesFriends) =
-            (d.deviceKey, d.asidKey, d.linkEmail, d.linkTFB, d.friends, d.declinesFriends)
+        deviceKey = StableHash.key(e.appID, e.deviceID)
+        asidKey = e.asid.map { StableHash.key($0) }
+        linkEmail = login ? e.email.map(LinkKey.email) : nil
+        linkTFB = login ? e.tokenForBusiness.map(LinkKey.tokenForBusiness) : nil
+        friends = login ? e.friendASIDs?.joined(separator: String(UnicodeScalar(Self.friendSeparator))) : nil
+        declinesFriends = login && (e.declinedPermissions?.contains("user_friends") ?? false)
     }
 
     /// What a `SELECT` of `selectColumns` reads.
@@ -87,6 +69,9 @@ package struct LoggedEvent: Sendable {
         declinesFriends = row.int(13) == 1
     }
 
+    /// What separates the ASIDs of a logged friend list (`friends`).
+    package static let friendSeparator = UInt8(ascii: ",")
+
     /// Inserts a row; a taken `event_id` or `(app_id, nonce)` inserts nothing. The canonical
     /// payload goes to `event_payloads` under the row's `seq` (`insertPayloadSQL`).
     static let insertSQL = """
@@ -96,11 +81,4 @@ package struct LoggedEvent: Sendable {
         """
 
     static let insertPayloadSQL = "INSERT INTO event_payloads (seq, payload) VALUES (?, ?)"
-
-    /// Binds `insertSQL`'s values: this row's, then the columns only the log reads.
-    func bind(_ b: inout BulkStatement.Binder, nonce: String?, sourceID: Int64, position: Int64) {
-        b.add(key.eventID); b.add(type.rawValue); b.add(key.at); b.add(appID); b.add(deviceID); b.add(asid)
-        b.add(tracking?.rawValue); b.add(deviceKey); b.add(asidKey); b.add(linkEmail); b.add(linkTFB); b.add(friends)
-        b.add(declinesFriends); b.add(nonce); b.add(sourceID); b.add(position)
-    }
 }

@@ -21,20 +21,27 @@ public struct RecordOrigin: Sendable, Equatable {
 public struct IncomingRecord: Sendable {
     public var raw: [UInt8]
     public var origin: RecordOrigin
-    public var validation: Result<LoginEvent, Rejection> {
-        didSet { derived = Self.derived(validation) }
-    }
     /// Set when this record is a quarantine entry being retried.
     public var quarantineID: Int64?
-    /// The valid event's derived `events` columns, computed where the record is validated
-    /// (off the single writer).
-    private(set) var derived: LoggedEvent.Derived?
+    /// What the append needs of the record, decided where it is validated (off the single
+    /// writer): the accepted event's row image, or why the record is quarantined.
+    package let verdict: Result<LoggedEvent.Image, Rejection>
     /// The event ID of a record that is not kept whole (oversized), when one could be read.
     public private(set) var knownEventID: String?
 
-    /// Validates `raw`; a record over `maxBytes` is `malformed_json` without being parsed,
-    /// and only its beginning is kept (`RecordSize`).
-    public init(raw: [UInt8], origin: RecordOrigin, maxBytes: Int = RecordSize.defaultLimit) {
+    /// The validated event: for an accepted record, decoded again from its canonical payload
+    /// (a record keeps only what the append writes).
+    public var validation: Result<LoginEvent, Rejection> {
+        switch verdict {
+        case let .success(image): EventValidator.validate(Array(image.payload.utf8))
+        case let .failure(rejection): .failure(rejection)
+        }
+    }
+
+    /// Validates `raw`, and with `tokens` the `id_token` of a limited login; a record over
+    /// `maxBytes` is `malformed_json` without being parsed, and only its beginning is kept
+    /// (`RecordSize`).
+    public init(raw: [UInt8], origin: RecordOrigin, maxBytes: Int = RecordSize.defaultLimit, tokens: TokenVerifier? = nil) {
         guard raw.count <= maxBytes else {
             var scanner = EventIDScanner()
             scanner.feed(raw)
@@ -42,7 +49,23 @@ public struct IncomingRecord: Sendable {
                       eventID: scanner.eventID, origin: origin)
             return
         }
-        self.init(raw: raw, origin: origin, validation: EventValidator.validate(raw))
+        // The fast path when it applies: a limited login whose token is to be verified takes
+        // the full one, since verification reads the `LoginEvent`.
+        let plain = raw.withUnsafeBufferPointer { record in
+            EventValidator.acceptPlain(record).flatMap { event in
+                tokens != nil && event.type == .login && event.tracking == .limited
+                    ? nil : LoggedEvent.Image(event, record: record)
+            }
+        }
+        if let plain {
+            self.init(raw: raw, origin: origin, verdict: .success(plain), quarantineID: nil)
+            return
+        }
+        var validation = EventValidator.validate(raw)
+        if let tokens, case let .success(event) = validation, let failure = tokens.check(event) {
+            validation = .failure(Rejection(.tokenInvalid, failure.detail))
+        }
+        self.init(raw: raw, origin: origin, validation: validation)
     }
 
     /// A record of `bytes` bytes over `limit`, of which `prefix` is kept.
@@ -51,18 +74,16 @@ public struct IncomingRecord: Sendable {
         knownEventID = eventID
     }
 
-    private static func derived(_ validation: Result<LoginEvent, Rejection>) -> LoggedEvent.Derived? {
-        if case let .success(event) = validation { return LoggedEvent.Derived(event) }
-        return nil
-    }
-
     /// A record validated by the caller (e.g. a quarantine entry being retried).
     public init(raw: [UInt8], origin: RecordOrigin, validation: Result<LoginEvent, Rejection>, quarantineID: Int64? = nil) {
+        self.init(raw: raw, origin: origin, verdict: validation.map(LoggedEvent.Image.init), quarantineID: quarantineID)
+    }
+
+    private init(raw: [UInt8], origin: RecordOrigin, verdict: Result<LoggedEvent.Image, Rejection>, quarantineID: Int64?) {
         self.raw = raw
         self.origin = origin
-        self.validation = validation
+        self.verdict = verdict
         self.quarantineID = quarantineID
-        derived = Self.derived(validation)
     }
 }
 

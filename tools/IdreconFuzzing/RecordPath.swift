@@ -66,7 +66,13 @@ public enum RecordPath {
             limited.feed(bytes.prefix(1024))
             _ = limited.eventID
         }
-        switch EventValidator.validate(bytes) {
+        let validation = EventValidator.validate(bytes)
+        // The fast path only ever accepts, and then exactly what `validate` accepts.
+        if let plain = bytes.withUnsafeBufferPointer({ EventValidator.acceptPlain($0) }) {
+            guard case let .success(event) = validation else { fatalError("the fast path accepted a record validate rejects") }
+            check(plain.agrees(with: event, record: bytes), "the fast path and validate disagree")
+        }
+        switch validation {
         case let .success(event):
             // The stored form is valid and stable: validating it again gives the same bytes.
             guard case let .success(again) = EventValidator.validate(Array(event.canonicalPayload.utf8)) else {

@@ -20,7 +20,7 @@ if arguments.count == 3, arguments[1] == "validate" {
     let elapsed = clock.measure {
         for (i, line) in lines.enumerated() {
             let record = IncomingRecord(raw: line, origin: RecordOrigin(source: "bench", position: Int64(i + 1)))
-            if case .success = record.validation { accepted += 1 }
+            if case .success = record.verdict { accepted += 1 }
         }
     }
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18

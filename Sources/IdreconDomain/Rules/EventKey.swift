@@ -35,11 +35,20 @@ public struct EventKey: Comparable, Hashable, Sendable {
 public enum StableHash {
     public static func key(_ parts: String...) -> Int64 {
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for (i, part) in parts.enumerated() {
-            if i > 0 { hash = (hash ^ 0x1F) &* 0x0000_0100_0000_01B3 }
-            for byte in part.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
-        }
+        for (i, part) in parts.enumerated() { mix(&hash, part.utf8, first: i == 0) }
         return Int64(bitPattern: hash >> 1)
+    }
+
+    /// `key` of texts given as their UTF-8 bytes.
+    public static func key(utf8 parts: UnsafeBufferPointer<UInt8>...) -> Int64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for (i, part) in parts.enumerated() { mix(&hash, part, first: i == 0) }
+        return Int64(bitPattern: hash >> 1)
+    }
+
+    private static func mix(_ hash: inout UInt64, _ part: some Sequence<UInt8>, first: Bool) {
+        if !first { hash = (hash ^ 0x1F) &* 0x0000_0100_0000_01B3 }
+        for byte in part { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
     }
 }
 
@@ -69,7 +78,9 @@ public enum LinkKey {
     public static func email(_ email: String) -> String { "email:" + emailHash(email) }
 
     /// The key string stored for a token-for-business link.
-    public static func tokenForBusiness(_ token: String) -> String { "tfb:" + token }
+    public static func tokenForBusiness(_ token: String) -> String { tokenForBusinessPrefix + token }
+
+    public static let tokenForBusinessPrefix = "tfb:"
 
     public static func sha256Hex(_ text: String) -> String {
         var text = text
