@@ -47,6 +47,8 @@ public final class PipelinedWriter: @unchecked Sendable {
     /// at first they may, since a writer killed before its catch-up (or its bulk build) left
     /// them so, and a run that appends nothing must still bring them up.
     private var behind = true
+    /// The WAL's checkpoints, beside the writer while this pipeline lives.
+    private let checkpoints: BackgroundCheckpoints?
 
     /// `onCommit` is called after each committed transaction with its records and seconds.
     /// `yielding`: the writer runs at the lowest CPU priority (see `ThreadPriority`).
@@ -66,7 +68,14 @@ public final class PipelinedWriter: @unchecked Sendable {
         self.transactionRecords = transactionRecords
         self.staleness = staleness
         self.slots = Slots(depth)
+        if yielding {
+            checkpoints = store.checkpointInBackground(onThread: { ThreadPriority.yieldToOthers() })
+        } else {
+            checkpoints = store.checkpointInBackground()
+        }
     }
+
+    deinit { checkpoints?.stop() }
 
     /// Tells the writer how many more events its source expects to append (a file: its
     /// estimate, before the first batch; a consumer: its backlog, with each batch). When
@@ -173,7 +182,13 @@ public final class PipelinedWriter: @unchecked Sendable {
     private func catchUp() {
         guard behind, lock.withLock({ failure == nil }) else { return }
         do throws(IdreconError) {
-            try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
+            if let checkpoints {
+                try checkpoints.pausing { () throws(IdreconError) in
+                    try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
+                }
+            } else {
+                try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
+            }
             deferring = false
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false

@@ -10,7 +10,7 @@ import IdreconProjections
 public final class EventStore: Sendable {
     public let path: String
     let pool: DatabasePool
-    private let readOnly: Bool
+    let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
 
@@ -102,7 +102,7 @@ public final class EventStore: Sendable {
             // cache and checkpoint interval keep random-key index inserts off the disk.
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
-            try db.execute(sql: "PRAGMA wal_autocheckpoint = 8192")
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(EventStore.walAutocheckpointPages)")
             // Index builds and large sorts sort on both cores (10M events: the log's key index
             // 11.3-13.6 s -> 7.2-7.7 s).
             try db.execute(sql: "PRAGMA threads = \(EventStore.sortThreads)")

@@ -1,0 +1,125 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+import IdreconDomain
+
+/// Checkpoints of the WAL on a connection and a queue of their own while a pipeline appends, so
+/// that the one writer only inserts. With SQLite's own checkpoints (every 8,192 pages), the
+/// writer copied each transaction's pages from the WAL into the database and synced both after
+/// committing it, before it could begin the next: a 1M ingest's append took 7.3–7.5 s, and 6.0–6.2
+/// s with no checkpoint at all (`schemas/performance.md`, "Checkpoints beside the writer").
+///
+/// After each commit the writer's WAL hook asks for a passive checkpoint here, which copies the
+/// committed pages while the writer goes on. A WAL starts again from its beginning only when a
+/// write transaction begins after it was checkpointed whole, so the writer still checkpoints
+/// itself once the WAL holds `writerCheckpointPages`: by then it copies only the pages committed
+/// since the last checkpoint here. Durability is SQLite's, as before (`synchronous=NORMAL`: the
+/// WAL is synced by whichever connection checkpoints).
+package final class BackgroundCheckpoints: @unchecked Sendable {
+    /// The WAL size (pages) at which the writer checkpoints itself: large enough that the
+    /// background has checkpointed most of the WAL by then (a 64,000-record transaction of the
+    /// bench's stream writes ~11,000 pages), small enough to keep the WAL's index quick for
+    /// readers (one hash table per 4,096 pages).
+    static let writerCheckpointPages: Int32 = 65_536
+
+    private let store: EventStore
+    private let connection: DatabaseQueue
+    private let queue: DispatchQueue
+    private let onThread: @Sendable () -> Void
+    private let lock = NSLock()
+    private var pending = false
+    private var stopped = false
+
+    fileprivate init(store: EventStore, onThread: @escaping @Sendable () -> Void) throws {
+        self.store = store
+        var config = EventStore.configuration(readOnly: false)
+        config.label = "idrecon.checkpoints"
+        connection = try DatabaseQueue(path: store.path, configuration: config)
+        queue = DispatchQueue(label: "idrecon.checkpoints", qos: .utility)
+        self.onThread = onThread
+    }
+
+    /// Asks for a checkpoint (on the writer's thread, from its WAL hook); one at a time.
+    fileprivate func request() {
+        let start = lock.withLock { () -> Bool in
+            guard !pending, !stopped else { return false }
+            pending = true
+            return true
+        }
+        guard start else { return }
+        queue.async { [self] in
+            onThread()
+            lock.withLock { pending = false }
+            connection.writeWithoutTransaction { db in
+                _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+            }
+        }
+    }
+
+    /// Makes the writer's WAL hook ask for checkpoints here (replacing the hook
+    /// `wal_autocheckpoint` installs; `restoreWriterCheckpoints` installs that again before
+    /// this object can go away).
+    fileprivate func installHook() {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        store.pool.writeWithoutTransaction { db in
+            _ = sqlite3_wal_hook(db.sqliteConnection, { context, db, name, pages in
+                let checkpoints = Unmanaged<BackgroundCheckpoints>.fromOpaque(context!).takeUnretainedValue()
+                if pages >= BackgroundCheckpoints.writerCheckpointPages {
+                    _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                } else {
+                    checkpoints.request()
+                }
+                return SQLITE_OK
+            }, context)
+        }
+    }
+
+    /// Runs `body` with the writer checkpointing itself, from a checkpointed WAL: for work that
+    /// reads the whole log (a bulk build scans it on other connections, and a reader looks
+    /// every page up in the WAL's index first).
+    package func pausing<T>(_ body: () throws(IdreconError) -> T) throws(IdreconError) -> T {
+        queue.sync {}
+        guard lock.withLock({ !stopped }) else { return try body() }
+        store.pool.writeWithoutTransaction { db in
+            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, EventStore.walAutocheckpointPages)
+            _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        }
+        defer { if lock.withLock({ !stopped }) { installHook() } }
+        return try body()
+    }
+
+    /// Gives the writer SQLite's own checkpoints back and waits for a checkpoint under way.
+    package func stop() {
+        restoreWriterCheckpoints()
+        queue.sync {}
+    }
+
+    private func restoreWriterCheckpoints() {
+        guard lock.withLock({ () -> Bool in
+            defer { stopped = true }
+            return !stopped
+        }) else { return }
+        store.pool.writeWithoutTransaction { db in
+            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, EventStore.walAutocheckpointPages)
+        }
+    }
+
+    // A checkpoint under way holds a reference, so none is running here (and this may run on
+    // the checkpoints' queue, which must not wait for itself).
+    deinit { restoreWriterCheckpoints() }
+}
+
+extension EventStore {
+    /// SQLite's own checkpoint interval on every connection (pages of WAL).
+    static let walAutocheckpointPages: Int32 = 8192
+
+    /// Moves the writer's checkpoints to a connection and queue of their own until `stop()`
+    /// (`BackgroundCheckpoints`); `onThread` runs on that queue's thread before each (to lower
+    /// its priority beside a read API). nil for a read-only store, or when the connection
+    /// cannot be opened: the writer then checkpoints itself as before.
+    package func checkpointInBackground(onThread: @escaping @Sendable () -> Void = {}) -> BackgroundCheckpoints? {
+        guard !readOnly, let checkpoints = try? BackgroundCheckpoints(store: self, onThread: onThread) else { return nil }
+        checkpoints.installHook()
+        return checkpoints
+    }
+}
