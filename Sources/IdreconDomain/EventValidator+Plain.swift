@@ -40,6 +40,8 @@ private struct PlainMembers {
     var values = [Range<Int>?](repeating: nil, count: Field.allCases.count)
     var isList: UInt32 = 0
     var others: [(name: Range<Int>, value: Range<Int>, isList: Bool)] = []
+    /// Members `validate` does not read that a plain record may have.
+    static let maxOthers = 16
 
     subscript(_ field: Field) -> Range<Int>? { values[field.rawValue] }
 
@@ -282,7 +284,9 @@ private struct PlainScan {
                 func same(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
                     UnsafeBufferPointer(rebasing: bytes[a]).elementsEqual(UnsafeBufferPointer(rebasing: bytes[b]))
                 }
-                guard !found.others.contains(where: { same($0.name, name) }) else { return nil }
+                // Names are compared pairwise, so only a few: `validate` checks many in linear time.
+                guard found.others.count < PlainMembers.maxOthers, !found.others.contains(where: { same($0.name, name) })
+                else { return nil }
             }
             skipWhitespace()
             guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return nil }

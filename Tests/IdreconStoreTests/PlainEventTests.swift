@@ -36,6 +36,17 @@ import Testing
         #expect(fast == valid, "every valid generated record is plain")
     }
 
+    /// Members `validate` does not read are kept; past a few, the record is left to `validate`,
+    /// whose duplicate-name check stays linear (a hostile record may have a million).
+    @Test func manyUnknownMembersAreLeftToValidate() throws {
+        let base = #"{"schema":"login-event/v1","event_id":"e1","occurred_at":"2026-11-01T00:00:00Z","app_id":"1","device_id":"d","type":"logout""#
+        let few = base + (0..<3).map { #","x\#($0)":"v""# }.joined() + "}"
+        #expect(check(Array(few.utf8)))
+        let many = base + (0..<200_000).map { #","x\#($0)":"v""# }.joined() + "}"
+        #expect(!check(Array(many.utf8)))
+        guard case .success = EventValidator.validate(Array(many.utf8)) else { Issue.record("rejected"); return }
+    }
+
     /// Generated records changed at random: bytes flipped, cut or inserted, values swapped for
     /// nulls, numbers, escapes, other texts, members repeated or added. Whatever the fast path
     /// accepts, `validate` accepts alike.
