@@ -69,7 +69,7 @@ public final class PipelinedWriter: @unchecked Sendable {
         self.staleness = staleness
         self.slots = Slots(depth)
         if yielding {
-            checkpoints = store.checkpointInBackground(onThread: { ThreadPriority.yieldToOthers() })
+            checkpoints = store.checkpointInBackground(lowered: { ThreadPriority.yieldToOthers() })
         } else {
             checkpoints = store.checkpointInBackground()
         }

@@ -30,13 +30,15 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     private var pending = false
     private var stopped = false
 
-    fileprivate init(store: EventStore, onThread: @escaping @Sendable () -> Void) throws {
+    fileprivate init(store: EventStore, lowered: (@Sendable () -> Void)?) throws {
         self.store = store
         var config = EventStore.configuration(readOnly: false)
         config.label = "idrecon.checkpoints"
         connection = try DatabaseQueue(path: store.path, configuration: config)
-        queue = DispatchQueue(label: "idrecon.checkpoints", qos: .utility)
-        self.onThread = onThread
+        // Lowered, the queue takes the background QoS, whose GCD threads are its own (as the
+        // writer's): a lowered thread of the shared pool would later run the API's handlers.
+        queue = DispatchQueue(label: "idrecon.checkpoints", qos: lowered == nil ? .utility : .background)
+        onThread = lowered ?? {}
     }
 
     /// Asks for a checkpoint (on the writer's thread, from its WAL hook); one at a time.
@@ -114,11 +116,11 @@ extension EventStore {
     static let walAutocheckpointPages: Int32 = 8192
 
     /// Moves the writer's checkpoints to a connection and queue of their own until `stop()`
-    /// (`BackgroundCheckpoints`); `onThread` runs on that queue's thread before each (to lower
-    /// its priority beside a read API). nil for a read-only store, or when the connection
-    /// cannot be opened: the writer then checkpoints itself as before.
-    package func checkpointInBackground(onThread: @escaping @Sendable () -> Void = {}) -> BackgroundCheckpoints? {
-        guard !readOnly, let checkpoints = try? BackgroundCheckpoints(store: self, onThread: onThread) else { return nil }
+    /// (`BackgroundCheckpoints`). `lowered` lowers the queue's thread beside a read API: it runs
+    /// there before each checkpoint. nil for a read-only store, or when the connection cannot
+    /// be opened: the writer then checkpoints itself as before.
+    package func checkpointInBackground(lowered: (@Sendable () -> Void)? = nil) -> BackgroundCheckpoints? {
+        guard !readOnly, let checkpoints = try? BackgroundCheckpoints(store: self, lowered: lowered) else { return nil }
         checkpoints.installHook()
         return checkpoints
     }
