@@ -60,7 +60,9 @@ private struct PlainMembers {
     }
 
     /// The elements of the list at `range` (a plain list: texts without escapes).
-    static func elements(_ range: Range<Int>, of bytes: UnsafeBufferPointer<UInt8>, _ body: (Range<Int>) -> Bool) -> Bool {
+    static func elements(
+        _ range: Range<Int>, of bytes: UnsafeBufferPointer<UInt8>, _ body: (Range<Int>) -> Bool
+    ) -> Bool {
         var i = range.lowerBound
         while i < range.upperBound {
             if bytes[i] == UInt8(ascii: "\"") {
@@ -78,10 +80,12 @@ private struct PlainMembers {
     func accept(_ bytes: UnsafeBufferPointer<UInt8>) -> PlainEvent? {
         func equals(_ range: Range<Int>, _ literal: StaticString) -> Bool {
             range.count == literal.utf8CodeUnitCount
-                && UnsafeBufferPointer(rebasing: bytes[range]).elementsEqual(UnsafeBufferPointer(start: literal.utf8Start, count: range.count))
+                && UnsafeBufferPointer(rebasing: bytes[range])
+                    .elementsEqual(UnsafeBufferPointer(start: literal.utf8Start, count: range.count))
         }
         func slice(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
-        func enumeration<E: RawRepresentable & CaseIterable>(_ field: Field, _: E.Type) -> E?? where E.RawValue == String {
+        func enumeration<E: RawRepresentable & CaseIterable>(_ field: Field, _: E.Type) -> E??
+        where E.RawValue == String {
             guard let value = text(field) else { return .none } // a list: not plain
             guard let value else { return .some(nil) }
             for e in E.allCases where e.rawValue.utf8.elementsEqual(slice(value)) { return .some(e) }
@@ -100,7 +104,8 @@ private struct PlainMembers {
         let platform = platformValue ?? .ios
         guard let flow = enumeration(.flow, Flow.self) else { return nil }
         if type == .login, self[.tracking] == nil || self[.tokenType] == nil || self[.asid] == nil { return nil }
-        guard let tracking = enumeration(.tracking, Tracking.self), let tokenType = enumeration(.tokenType, TokenType.self),
+        guard let tracking = enumeration(.tracking, Tracking.self),
+              let tokenType = enumeration(.tokenType, TokenType.self),
               let asid = text(.asid), let email = text(.email), let nonce = text(.nonce), let idToken = text(.idToken),
               let tokenForBusiness = text(.tokenForBusiness), let friendList = list(.friendASIDs),
               let granted = list(.grantedPermissions), let declined = list(.declinedPermissions)
@@ -146,7 +151,10 @@ private struct PlainMembers {
         }
         var declinesFriends = false
         if type == .login, let declined {
-            _ = Self.elements(declined, of: bytes) { declinesFriends = declinesFriends || equals($0, "user_friends"); return true }
+            _ = Self.elements(declined, of: bytes) {
+                declinesFriends = declinesFriends || equals($0, "user_friends")
+                return true
+            }
         }
 
         // The canonical payload: members in their keys' byte order, with the values `validate`
@@ -228,7 +236,8 @@ private struct PlainMembers {
         return PlainEvent(
             eventID: eventID, type: type, occurredAt: occurredAt, appID: appID, deviceID: deviceID,
             tracking: type == .login ? tracking : nil, asid: asid, email: type == .login ? email : nil,
-            tokenForBusiness: type == .login ? tokenForBusiness : nil, nonce: nonce, friends: type == .login ? friends : nil,
+            tokenForBusiness: type == .login ? tokenForBusiness : nil, nonce: nonce,
+            friends: type == .login ? friends : nil,
             declinesFriends: declinesFriends, canonicalPayload: out)
     }
 }
@@ -238,7 +247,9 @@ private let limitedLoginPermissionBytes: [[UInt8]] = limitedLoginPermissions.map
 
 extension Field {
     /// The fields in their names' byte order: the order of a canonical payload's members.
-    static let canonicalOrder: [Field] = allCases.sorted { bytes[$0.rawValue].lexicographicallyPrecedes(bytes[$1.rawValue]) }
+    static let canonicalOrder: [Field] = allCases.sorted {
+        bytes[$0.rawValue].lexicographicallyPrecedes(bytes[$1.rawValue])
+    }
 }
 
 /// One pass over a record for `acceptPlain`: gives up (nil) at the first thing that is not
@@ -285,7 +296,8 @@ private struct PlainScan {
                     UnsafeBufferPointer(rebasing: bytes[a]).elementsEqual(UnsafeBufferPointer(rebasing: bytes[b]))
                 }
                 // Names are compared pairwise, so only a few: `validate` checks many in linear time.
-                guard found.others.count < PlainMembers.maxOthers, !found.others.contains(where: { same($0.name, name) })
+                guard found.others.count < PlainMembers.maxOthers,
+                      !found.others.contains(where: { same($0.name, name) })
                 else { return nil }
             }
             skipWhitespace()

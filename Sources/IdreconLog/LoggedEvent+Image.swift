@@ -45,7 +45,9 @@ extension LoggedEvent {
         /// The image of a record the validator's fast path accepted (`EventValidator.acceptPlain`):
         /// the same as that of the `LoginEvent` `validate` makes of it, built from its bytes.
         package init(_ e: PlainEvent, record: UnsafeBufferPointer<UInt8>) {
-            func slice(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: record[range]) }
+            func slice(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> {
+                UnsafeBufferPointer(rebasing: record[range])
+            }
             let linkEmail = e.email.map { LinkKey.email(String(decoding: slice($0), as: UTF8.self)) }
             var layout = Layout(capacity: record.count + e.canonicalPayload.count + 80)
             layout.add(slice(e.eventID))
@@ -120,7 +122,8 @@ extension LoggedEvent {
         private func slice(_ text: Text, of raw: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
             guard nulls & (1 << text.rawValue) == 0 else { return nil }
             let end = raw.loadUnaligned(fromByteOffset: text.rawValue * 8, as: Int.self)
-            let start = text.rawValue == 0 ? 0 : raw.loadUnaligned(fromByteOffset: (text.rawValue - 1) * 8, as: Int.self)
+            let start = text.rawValue == 0
+                ? 0 : raw.loadUnaligned(fromByteOffset: (text.rawValue - 1) * 8, as: Int.self)
             return UnsafeRawBufferPointer(rebasing: raw[(Self.header + start)..<(Self.header + end)])
         }
 
@@ -139,7 +142,9 @@ extension LoggedEvent {
         package func payloadIs(_ other: String) -> Bool {
             var other = other
             return storage.withUnsafeBytes { raw in
-                other.withUTF8 { theirs in slice(.payload, of: raw)?.elementsEqual(UnsafeRawBufferPointer(theirs)) ?? false }
+                other.withUTF8 { theirs in
+                    slice(.payload, of: raw)?.elementsEqual(UnsafeRawBufferPointer(theirs)) ?? false
+                }
             }
         }
 

@@ -39,7 +39,8 @@ import Testing
     /// Members `validate` does not read are kept; past a few, the record is left to `validate`,
     /// whose duplicate-name check stays linear (a hostile record may have a million).
     @Test func manyUnknownMembersAreLeftToValidate() throws {
-        let base = #"{"schema":"login-event/v1","event_id":"e1","occurred_at":"2026-11-01T00:00:00Z","app_id":"1","device_id":"d","type":"logout""#
+        let base = #"{"schema":"login-event/v1","event_id":"e1","occurred_at":"2026-11-01T00:00:00Z","app_id":"1","#
+            + #""device_id":"d","type":"logout""#
         let few = base + (0..<3).map { #","x\#($0)":"v""# }.joined() + "}"
         #expect(check(Array(few.utf8)))
         let many = base + (0..<200_000).map { #","x\#($0)":"v""# }.joined() + "}"
@@ -60,10 +61,14 @@ import Testing
             #""enabled""#, #""tvos""#, #""device_login""#, #""access_token""#, #""authentication_token""#, #""12""#,
             #""1a""#, #""a@b""#, #""a@@b""#, #""n 1""#, #"["user_likes"]"#, #"["email"]"#, #"["user_friends"]"#,
             #"["11","12"]"#, #""2026-11-01T00:00:00Z""#, #""2026-13-01T00:00:00Z""#, #""é""#, " ", "\t", ",", ":",
-            #","asid":"12""#, #","extra":"1""#, #","type":"logout""#, #","id_token":"t""#, #","token_for_business":"t""#,
+            #","asid":"12""#, #","extra":"1""#, #","type":"logout""#, #","id_token":"t""#,
+            #","token_for_business":"t""#,
             #","declined_permissions":["user_friends"]"#, #","flow":"device_login""#, #","platform":"tvos""#,
-            #","a":"1""#, #","zz":["x", "y"]"#, #","extra":"1","extra":"2""#, #","app_idx":"1""#, #","sdk_version":"1""#,
+            #","a":"1""#, #","zz":["x", "y"]"#, #","extra":"1","extra":"2""#, #","app_idx":"1""#,
+            #","sdk_version":"1""#,
         ]
+        func piece() -> [UInt8] { Array(pieces[Int(random.next() % UInt64(pieces.count))].utf8) }
+        func isAny(_ bytes: String) -> (UInt8) -> Bool { { bytes.utf8.contains($0) } }
         var (accepted, rejected) = (0, 0)
         for _ in 0..<30_000 {
             var record = lines[Int(random.next() % UInt64(lines.count))]
@@ -71,14 +76,16 @@ import Testing
                 let at = Int(random.next() % UInt64(record.count + 1))
                 switch random.next() % 4 {
                 case 0: // a value or a text swapped in after a separator
-                    if let colon = record[at...].firstIndex(where: { $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ",") }),
-                       let end = record[(colon + 1)...].firstIndex(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "}") }) {
-                        record.replaceSubrange((colon + 1)..<end, with: Array(pieces[Int(random.next() % UInt64(pieces.count))].utf8))
+                    if let colon = record[at...].firstIndex(where: isAny(":,")),
+                       let end = record[(colon + 1)...].firstIndex(where: isAny(",}")) {
+                        record.replaceSubrange((colon + 1)..<end, with: piece())
                     }
                 case 1:
-                    record.insert(contentsOf: Array(pieces[Int(random.next() % UInt64(pieces.count))].utf8), at: at)
+                    record.insert(contentsOf: piece(), at: at)
                 case 2:
-                    if at < record.count { record.removeSubrange(at..<min(record.count, at + 1 + Int(random.next() % 8))) }
+                    if at < record.count {
+                        record.removeSubrange(at..<min(record.count, at + 1 + Int(random.next() % 8)))
+                    }
                 default:
                     if at < record.count { record[at] = UInt8(truncatingIfNeeded: random.next() % 128) }
                 }
