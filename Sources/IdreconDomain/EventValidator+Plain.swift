@@ -59,7 +59,15 @@ private struct PlainMembers {
         return .some(range)
     }
 
-    /// The elements of the list at `range` (a plain list: texts without escapes).
+    /// The elements of the list at `range`, in order.
+    static func elements(of range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
+        var elements: [Range<Int>] = []
+        _ = Self.elements(range, of: bytes) { elements.append($0); return true }
+        return elements
+    }
+
+    /// Calls `body` with each element of the list at `range` (a plain list: texts without
+    /// escapes) until it returns false; whether none did.
     static func elements(
         _ range: Range<Int>, of bytes: UnsafeBufferPointer<UInt8>, _ body: (Range<Int>) -> Bool
     ) -> Bool {
@@ -162,17 +170,13 @@ private struct PlainMembers {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count + 48)
         out.append(UInt8(ascii: "{"))
-        func key(_ field: Field) {
+        func key(_ name: UnsafeBufferPointer<UInt8>) {
             if out.count > 1 { out.append(UInt8(ascii: ",")) }
-            out.append(UInt8(ascii: "\""))
-            out.append(contentsOf: Field.bytes[field.rawValue])
-            out.append(contentsOf: "\":".utf8)
+            quoted(name)
+            out.append(UInt8(ascii: ":"))
         }
-        func quoted(_ text: UnsafeBufferPointer<UInt8>) {
-            out.append(UInt8(ascii: "\""))
-            out.append(contentsOf: text)
-            out.append(UInt8(ascii: "\""))
-        }
+        func key(_ field: Field) { Field.bytes[field.rawValue].withUnsafeBufferPointer { key($0) } }
+        func quoted(_ text: UnsafeBufferPointer<UInt8>) { CanonicalJSON.writeString(text, into: &out) }
         func writeList(_ elements: [Range<Int>]) {
             out.append(UInt8(ascii: "["))
             for (i, element) in elements.enumerated() {
@@ -187,13 +191,9 @@ private struct PlainMembers {
             while let other = others.first,
                   field.map({ slice(other.name).lexicographicallyPrecedes(Field.bytes[$0.rawValue]) }) ?? true {
                 others.removeFirst()
-                if out.count > 1 { out.append(UInt8(ascii: ",")) }
-                quoted(slice(other.name))
-                out.append(UInt8(ascii: ":"))
+                key(slice(other.name))
                 if other.isList {
-                    var elements: [Range<Int>] = []
-                    _ = Self.elements(other.value, of: bytes) { elements.append($0); return true }
-                    writeList(elements)
+                    writeList(Self.elements(of: other.value, in: bytes))
                 } else {
                     quoted(slice(other.value))
                 }
@@ -221,9 +221,7 @@ private struct PlainMembers {
             case .grantedPermissions, .declinedPermissions:
                 guard let range = self[field] else { continue }
                 key(field)
-                var elements: [Range<Int>] = []
-                _ = Self.elements(range, of: bytes) { elements.append($0); return true }
-                writeList(elements)
+                writeList(Self.elements(of: range, in: bytes))
             default:
                 guard let range = self[field] else { continue }
                 key(field)
@@ -287,7 +285,7 @@ private struct PlainScan {
         while true {
             skipWhitespace()
             guard let name = text() else { return nil }
-            let field = field(named: name)
+            let field = Field.named(UnsafeBufferPointer(rebasing: bytes[name]))
             if let field {
                 guard found.values[field.rawValue] == nil else { return nil } // a repeated name
             } else {
@@ -341,14 +339,6 @@ private struct PlainScan {
             skipWhitespace()
             return i == bytes.count ? found : nil
         }
-    }
-
-    func field(named range: Range<Int>) -> Field? {
-        let name = UnsafeBufferPointer(rebasing: bytes[range])
-        for (i, known) in Field.bytes.enumerated() where known.count == name.count && known.elementsEqual(name) {
-            return Field(rawValue: i)
-        }
-        return nil
     }
 }
 

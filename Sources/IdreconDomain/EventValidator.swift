@@ -204,12 +204,15 @@ enum Field: Int, CaseIterable {
     /// equivalent texts).
     static func named(_ key: String) -> Field? {
         var key = key
-        return key.withUTF8 { key in
-            for (i, name) in bytes.enumerated() where name.count == key.count {
-                if name.withUnsafeBufferPointer({ String.sameBytes($0, key) }) { return Field(rawValue: i) }
-            }
-            return nil
+        return key.withUTF8 { named($0) }
+    }
+
+    /// The field a name's UTF-8 bytes spell.
+    static func named(_ key: UnsafeBufferPointer<UInt8>) -> Field? {
+        for (i, name) in bytes.enumerated() where name.count == key.count {
+            if name.withUnsafeBufferPointer({ String.sameBytes($0, key) }) { return Field(rawValue: i) }
         }
+        return nil
     }
 }
 

@@ -133,9 +133,12 @@ public struct TokenVerifier: Sendable {
         }
     }
 
+    /// Whether events of this kind have their token checked: limited logins.
+    public static func checks(type: EventType, tracking: Tracking?) -> Bool { type == .login && tracking == .limited }
+
     /// Checks the event's token; nil when it passes (or when there is nothing to check).
     public func check(_ event: LoginEvent) -> Failure? {
-        guard event.type == .login, event.tracking == .limited else { return nil }
+        guard Self.checks(type: event.type, tracking: event.tracking) else { return nil }
         guard let token = event.idToken else { return requireToken ? .missing : nil }
         do { try verify(token, event: event) } catch { return error }
         return nil

@@ -182,13 +182,10 @@ public final class PipelinedWriter: @unchecked Sendable {
     private func catchUp() {
         guard behind, lock.withLock({ failure == nil }) else { return }
         do throws(IdreconError) {
-            if let checkpoints {
-                try checkpoints.pausing { () throws(IdreconError) in
-                    try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
-                }
-            } else {
-                try store.catchUpProjections(bulkFrom: bulkFrom) { [onBuild] in onBuild?($0, $1) }
+            let catchUp = { [store, bulkFrom, onBuild] () throws(IdreconError) in
+                try store.catchUpProjections(bulkFrom: bulkFrom) { onBuild?($0, $1) }
             }
+            if let checkpoints { try checkpoints.pausing(catchUp) } else { try catchUp() }
             deferring = false
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false

@@ -49,7 +49,10 @@ extension LoggedEvent {
                 UnsafeBufferPointer(rebasing: record[range])
             }
             let linkEmail = e.email.map { LinkKey.email(String(decoding: slice($0), as: UTF8.self)) }
-            var layout = Layout(capacity: record.count + e.canonicalPayload.count + 80)
+            let tfbBytes = e.tokenForBusiness.map { LinkKey.tokenForBusinessPrefix.utf8.count + $0.count } ?? 0
+            let friendBytes = e.friends.map { $0.reduce(max(0, $0.count - 1)) { $0 + $1.count } } ?? 0
+            var layout = Layout(capacity: e.eventID.count + e.appID.count + e.deviceID.count + (e.asid?.count ?? 0)
+                + (linkEmail?.utf8.count ?? 0) + tfbBytes + friendBytes + (e.nonce?.count ?? 0) + e.canonicalPayload.count)
             layout.add(slice(e.eventID))
             layout.add(slice(e.appID))
             layout.add(slice(e.deviceID))

@@ -49,11 +49,11 @@ public struct IncomingRecord: Sendable {
                       eventID: scanner.eventID, origin: origin)
             return
         }
-        // The fast path when it applies: a limited login whose token is to be verified takes
-        // the full one, since verification reads the `LoginEvent`.
+        // The fast path when it applies: an event whose token is to be verified takes the full
+        // one, since verification reads the `LoginEvent`.
         let plain = raw.withUnsafeBufferPointer { record in
             EventValidator.acceptPlain(record).flatMap { event in
-                tokens != nil && event.type == .login && event.tracking == .limited
+                tokens != nil && TokenVerifier.checks(type: event.type, tracking: event.tracking)
                     ? nil : LoggedEvent.Image(event, record: record)
             }
         }

@@ -82,10 +82,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     package func pausing<T>(_ body: () throws(IdreconError) -> T) throws(IdreconError) -> T {
         queue.sync {}
         guard lock.withLock({ !stopped }) else { return try body() }
-        store.pool.writeWithoutTransaction { db in
-            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, EventStore.walAutocheckpointPages)
-            _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
-        }
+        writerCheckpointsItself(now: true)
         defer { if lock.withLock({ !stopped }) { installHook() } }
         return try body()
     }
@@ -97,12 +94,20 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     }
 
     private func restoreWriterCheckpoints() {
-        guard lock.withLock({ () -> Bool in
-            defer { stopped = true }
-            return !stopped
-        }) else { return }
+        let running = lock.withLock { () -> Bool in
+            let running = !stopped
+            stopped = true
+            return running
+        }
+        if running { writerCheckpointsItself(now: false) }
+    }
+
+    /// Installs SQLite's own checkpoints on the writer again (replacing the hook), and with
+    /// `now` checkpoints what the background has not yet.
+    private func writerCheckpointsItself(now: Bool) {
         store.pool.writeWithoutTransaction { db in
             _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, EventStore.walAutocheckpointPages)
+            if now { _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
         }
     }
 
