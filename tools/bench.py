@@ -24,8 +24,16 @@ def reap(name, proc):
     return proc.returncode, usage.ru_maxrss / 1024
 
 
+def quiesce():
+    """Writes back every dirty page before a step is measured: otherwise a step pays for the
+    previous one's writeback (the 10M baseline and raw append leave gigabytes of dirty pages,
+    which the kernel throttled the following ingest's writes behind)."""
+    os.sync()
+
+
 def timed(name, cmd, **kw):
-    """Runs cmd; returns (wall seconds, peak RSS MB, stdout, stderr)."""
+    """Runs cmd after `quiesce`; returns (wall seconds, peak RSS MB, stdout, stderr)."""
+    quiesce()
     start = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     errors = []
@@ -160,6 +168,7 @@ def api_while_consuming(r, db_path):
     if not os.path.exists(more) or os.path.getsize(more) == 0:
         subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", "1000000", "--seed", "2", "--output", more,
                         "--manifest", os.devnull], check=True)
+    quiesce()
     asids = os.path.join(OUT, "api-asids.txt")
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
         with open(asids, "w") as f:
@@ -250,6 +259,7 @@ def main():
 
     print("idrecon consume from the embedded cluster, produced concurrently ...", file=sys.stderr)
     partitions = max(16, math.ceil(lines / 8000))
+    quiesce()
     broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", str(partitions)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     bootstrap = broker.stdout.readline().strip()
