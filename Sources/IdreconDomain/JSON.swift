@@ -350,7 +350,7 @@ public enum CanonicalJSON {
 
     /// Runs of bytes that need no escape are copied whole: digests and canonical payloads
     /// write every text of the projections and of each event through here.
-    static func writeString(_ bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+    public static func writeString(_ bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var run = 0
         for i in 0..<bytes.count {

@@ -150,13 +150,35 @@ package struct BulkStatement {
 
         package var columnCount: Int32 { sqlite3_column_count(handle) }
 
+        /// `value` in decimal, as `String(value)` spells it.
+        static func appendDecimal(_ value: Int64, to line: inout [UInt8]) {
+            if value < 0 { line.append(UInt8(ascii: "-")) }
+            let start = line.count
+            var rest = value.magnitude
+            repeat {
+                line.append(UInt8(ascii: "0") + UInt8(rest % 10))
+                rest /= 10
+            } while rest > 0
+            line[start...].reverse()
+        }
+
         /// Appends the value as digests spell it: `null`, decimal, a JSON string, base64.
         package func appendCanonical(_ column: Int32, to line: inout [UInt8]) {
+            // Integers and ASCII texts (nearly every value) go from SQLite's buffer to the line
+            // without a Swift string: a replay digests every row of the live and of the rebuilt
+            // tables. Other texts take `string(column)`, which repairs invalid UTF-8 as before.
             switch sqlite3_column_type(handle, column) {
             case SQLITE_NULL: line.append(contentsOf: "null".utf8)
-            case SQLITE_INTEGER: line.append(contentsOf: String(int(column)).utf8)
+            case SQLITE_INTEGER: Self.appendDecimal(int(column), to: &line)
             case SQLITE_FLOAT: line.append(contentsOf: String(sqlite3_column_double(handle, column)).utf8)
-            case SQLITE_TEXT: CanonicalJSON.writeString(string(column), into: &line)
+            case SQLITE_TEXT:
+                let text = sqlite3_column_text(handle, column) // before its length, as SQLite asks
+                let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column)))
+                if bytes.allSatisfy({ $0 < 0x80 }) {
+                    CanonicalJSON.writeString(bytes, into: &line)
+                } else {
+                    CanonicalJSON.writeString(string(column), into: &line)
+                }
             default:
                 let bytes = sqlite3_column_blob(handle, column).map {
                     Data(bytes: $0, count: Int(sqlite3_column_bytes(handle, column)))
