@@ -42,8 +42,7 @@ public struct JSONParser {
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
         let array = Array(bytes)
         return try array.withUnsafeBufferPointer { buffer throws(JSONParseError) in
-            // Most records are ASCII: checked eight bytes at a time, without building a String.
-            guard isASCII(buffer) || String(validating: buffer, as: UTF8.self) != nil else {
+            guard isUTF8(buffer) else {
                 throw JSONParseError(message: "not valid UTF-8", offset: 0)
             }
             var parser = Cursor(bytes: buffer)
@@ -55,6 +54,12 @@ public struct JSONParser {
             }
             return value
         }
+    }
+
+    /// Whether `buffer` is valid UTF-8. Most texts are ASCII: checked eight bytes at a time,
+    /// without building a String.
+    public static func isUTF8(_ buffer: UnsafeBufferPointer<UInt8>) -> Bool {
+        isASCII(buffer) || String(validating: buffer, as: UTF8.self) != nil
     }
 
     /// Whether every byte is below 0x80.

@@ -164,9 +164,10 @@ package struct BulkStatement {
 
         /// Appends the value as digests spell it: `null`, decimal, a JSON string, base64.
         package func appendCanonical(_ column: Int32, to line: inout [UInt8]) {
-            // Integers and ASCII texts (nearly every value) go from SQLite's buffer to the line
-            // without a Swift string: a replay digests every row of the live and of the rebuilt
-            // tables. Other texts take `string(column)`, which repairs invalid UTF-8 as before.
+            // Integers and valid UTF-8 texts go from SQLite's buffer to the line without a Swift
+            // string (a replay digests every row of the live and of the rebuilt tables); a
+            // String of valid UTF-8 holds the same bytes. Invalid UTF-8 takes `string(column)`,
+            // which repairs it as before.
             switch sqlite3_column_type(handle, column) {
             case SQLITE_NULL: line.append(contentsOf: "null".utf8)
             case SQLITE_INTEGER: Self.appendDecimal(int(column), to: &line)
@@ -174,7 +175,7 @@ package struct BulkStatement {
             case SQLITE_TEXT:
                 let text = sqlite3_column_text(handle, column) // before its length, as SQLite asks
                 let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column)))
-                if bytes.allSatisfy({ $0 < 0x80 }) {
+                if JSONParser.isUTF8(bytes) {
                     CanonicalJSON.writeString(bytes, into: &line)
                 } else {
                     CanonicalJSON.writeString(string(column), into: &line)

@@ -5,7 +5,7 @@ import IdreconLog
 import Testing
 
 /// Replay proves live = rebuilt by digests of every projection row, spelled by
-/// `BulkStatement.Reader.appendCanonical`. Integers and ASCII texts are spelled from SQLite's
+/// `BulkStatement.Reader.appendCanonical`. Integers and valid UTF-8 texts are spelled from SQLite's
 /// buffer without a Swift string; they must spell exactly what `String(value)` and
 /// `CanonicalJSON.writeString` spell, or a digest would change with the binary.
 @Suite struct DigestSpellingTests {
