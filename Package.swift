@@ -135,7 +135,8 @@ let package = Package(
         .testTarget(
             name: "IdreconStoreTests",
             dependencies: [
-                "IdreconStore", "IdreconProjections", "IdreconIngest", "EventGenerator", .product(name: "GRDB", package: "GRDB.swift"),
+                "IdreconStore", "IdreconLog", "IdreconProjections", "IdreconIngest", "EventGenerator",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

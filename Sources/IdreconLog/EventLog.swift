@@ -28,39 +28,6 @@ extension IdreconError {
     }
 }
 
-/// Lookups by the log's hashed keys. `events_device` and `events_asid_login` lead with the
-/// event's tier (`seq >> 18`, migration v7) so that appends touch only the newest tier's
-/// pages; a lookup names every tier, and SQLite seeks once per tier.
-package enum LogKeys {
-    /// The indexed expression; the text must match the index's for SQLite to use it.
-    package static let tierOfSeq = "(seq >> 18)"
-    /// A `WITH RECURSIVE` list of every tier in the log, named `tier(t)`.
-    package static let tiers = """
-        tier(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tier WHERE t < (SELECT \(tierOfSeq) FROM events ORDER BY seq DESC LIMIT 1))
-        """
-
-    /// The two key indexes as migration v7 defines them.
-    private static let indexes = [
-        (name: "events_device", sql: "CREATE INDEX IF NOT EXISTS events_device ON events(seq >> 18, device_key)"),
-        (name: "events_asid_login",
-         sql: "CREATE INDEX IF NOT EXISTS events_asid_login ON events(seq >> 18, asid_key, occurred_at) WHERE type = 'login'"),
-    ]
-
-    /// Drops the key indexes for an append that at least doubles the log and whose events
-    /// the projections will be built from in bulk: only the live fold's refolds of late
-    /// events and `forget` read them, and building them once afterwards, sorted, costs less
-    /// than inserting every event's keys (1M events: the log's append 30 % faster).
-    package static func suspendIndexes(_ db: Database) throws {
-        for index in indexes { try db.execute(sql: "DROP INDEX IF EXISTS \(index.name)") }
-    }
-
-    /// Builds the key indexes that `suspendIndexes` dropped (nothing when they exist): every
-    /// writer does when it opens the database and before the projections catch up.
-    package static func restoreIndexes(_ db: Database) throws {
-        for index in indexes { try db.execute(sql: index.sql) }
-    }
-}
-
 /// Appending to the log: events, quarantine entries, duplicate counts and source positions
 /// of one batch, inside the caller's transaction. The projections are not this module's
 /// concern: they fold the log afterwards (`IdreconProjections`).
@@ -81,6 +48,7 @@ package enum EventLog {
         // pages then come in runs, and a scan of `events` reads runs of adjacent pages
         // instead of every third page of the file (schemas/sql.md, "Payloads apart").
         var payloads: [(seq: Int64, image: LoggedEvent.Image)] = []
+        var keys = try LogKeys.appending(db)
         /// The logged payload of an `event_id`, from this batch's rows or the table.
         func loggedPayload(_ eventID: String) throws -> String? {
             guard let seq = try Int64.fetchOne(findSeq, arguments: [eventID]) else { return nil }
@@ -156,7 +124,11 @@ package enum EventLog {
             }
             let source = try sourceID(records[index].origin.source)
             let inserted = try image.insert(insertEvent, sourceID: source, position: records[index].origin.position) == 1
-            if inserted { payloads.append((db.lastInsertedRowID, image)) }
+            if inserted {
+                let seq = db.lastInsertedRowID
+                payloads.append((seq, image))
+                keys?.add(seq: seq, image)
+            }
             if let id = records[index].quarantineID,
                try inserted || loggedPayload(image.eventID).map(image.payloadIs) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
@@ -179,6 +151,7 @@ package enum EventLog {
             }
         }
         for (seq, image) in payloads { try image.insertPayload(insertPayload, seq: seq) }
+        try keys?.write(db)
         if outcome.duplicates > 0 {
             try db.execute(
                 sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",

@@ -190,8 +190,7 @@ enum AccessProjection: Projection {
         init(_ db: Database, _ t: ProjectionTables) throws {
             loggedLogins = try BulkStatement(cached: db, """
                 WITH RECURSIVE \(LogKeys.tiers)
-                SELECT \(LoggedEvent.selectColumns) FROM events
-                WHERE \(LogKeys.tierOfSeq) IN tier AND asid_key = ? AND type = 'login' AND asid = ? AND seq <= ?
+                SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq IN (\(LogKeys.loginSeqs)) AND asid = ?
                 """)
             loadLast = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
             saveLast = try BulkStatement(cached: db, """
@@ -232,7 +231,7 @@ enum AccessProjection: Projection {
         /// of the log, the rare path).
         func logged(_ asid: String, upTo seq: Int64) throws -> [Login] {
             var logins: [Login] = []
-            try loggedLogins.each({ $0.add(StableHash.key(asid)); $0.add(asid); $0.add(seq) }) { row in
+            try loggedLogins.each({ $0.add(StableHash.key(asid)); $0.add(seq); $0.add(asid) }) { row in
                 let event = LoggedEvent(row)
                 logins.append(Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID))
             }

@@ -102,8 +102,7 @@ enum DevicesProjection: Projection {
         let rows = try Rows(context.db, context.tables)
         let refold = try BulkStatement(cached: context.db, """
             WITH RECURSIVE \(LogKeys.tiers)
-            SELECT \(LoggedEvent.selectColumns) FROM events
-            WHERE \(LogKeys.tierOfSeq) IN tier AND device_key = ? AND app_id = ? AND device_id = ? AND seq <= ?
+            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq IN (\(LogKeys.deviceSeqs)) AND app_id = ? AND device_id = ?
             """)
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)
@@ -114,7 +113,7 @@ enum DevicesProjection: Projection {
                 // A late event: fold the device again from the log (which holds this
                 // transaction's events too).
                 var logged: [DeviceFact] = []
-                try refold.each({ $0.add(StableHash.key(app, id)); $0.add(app); $0.add(id); $0.add(context.visibleSeq) }) { row in
+                try refold.each({ $0.add(StableHash.key(app, id)); $0.add(context.visibleSeq); $0.add(app); $0.add(id) }) { row in
                     logged.append(LoggedEvent(row).deviceFact)
                 }
                 logged.sort { $0.key < $1.key }

@@ -19,6 +19,8 @@ package struct ProjectionBuilder {
     let partitionSize: Int
     /// The last event of the snapshot being folded.
     let lastSeq: Int64
+    /// The threads that scan the log, each half of it.
+    package static let scanners = 2
 
     package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int, lastSeq: Int64) {
         (self.tables, self.config, self.partitionSize, self.lastSeq) = (tables, config, partitionSize, lastSeq)
@@ -37,8 +39,11 @@ package struct ProjectionBuilder {
     /// the sequence range, once. With more than one partition each half spills its facts
     /// to a file per partition in `spillDirectory`. The snapshots are not needed after
     /// this: releasing them lets the database checkpoint while `load` writes.
+    /// `keys` gets the log's keys of the events it is after (`LogKeys.Sink`), from each of
+    /// the `scanners`.
     package func scan(
-        _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String
+        _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String,
+        keys: LogKeys.Sink? = nil
     ) throws -> ScannedFacts {
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
         let partitions = Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up)))
@@ -46,8 +51,8 @@ package struct ProjectionBuilder {
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         guard partitions > 1 else {
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events)) } },
-                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events)) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events), keys: keys) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events), keys: keys) } })
             let otherDevices = second.devices.take() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
@@ -55,10 +60,10 @@ package struct ProjectionBuilder {
         let ranges = try snapshots.0.read { db in try KeyRanges(db, seqs: 1...max(1, lastSeq), partitions: partitions) }
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in
-                try SpilledFacts(db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory)
+                try SpilledFacts(db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: keys)
             } },
             { try snapshots.1.read { db in
-                try SpilledFacts(db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory)
+                try SpilledFacts(db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: keys)
             } })
         return .spilled(first, second, partitions: partitions)
     }
@@ -235,10 +240,10 @@ package struct ProjectionBuilder {
         init() {}
 
         /// The facts of the events in `seqs` (`atMost` of them).
-        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int) throws {
+        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Sink? = nil) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
-            try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.add($0) }, login: { facts.add($0) })
+            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.add($0) }, login: { facts.add($0) })
             self = facts
         }
 
@@ -290,11 +295,13 @@ package struct ProjectionBuilder {
         let ranges: KeyRanges
         let directory: String
 
-        init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String) throws {
+        init(
+            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String, keys: LogKeys.Sink?
+        ) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
-            try ProjectionBuilder.scan(db, seqs: seqs, device: { row in
+            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { row in
                 try devices[ranges.partition(app: row.app, device: row.device)].append { out in DeviceEvents.spill(row, &out) }
             }, login: { login in
                 try logins[ranges.partition(asid: login.asid)].append { out in
@@ -344,14 +351,18 @@ package struct ProjectionBuilder {
         }
     }
 
-    /// Calls `device` for every event in `seqs` and `login` for every login, in log order.
+    /// Calls `device` for every event in `seqs` and `login` for every login, in log order,
+    /// and hands their log keys to `keys`.
     static func scan(
-        _ db: Database, seqs: ClosedRange<Int64>, device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
+        _ db: Database, seqs: ClosedRange<Int64>, keys: LogKeys.Sink? = nil,
+        device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
     ) throws {
+        let collector = keys.map(LogKeys.Collector.init)
         try BulkStatement(db, """
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in
             let event = LoggedEvent(row)
+            collector?.add(event)
             try device(DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact))
             guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
             let limited = event.tracking == .limited
@@ -359,6 +370,7 @@ package struct ProjectionBuilder {
                                device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
                                friends: event.friends, declinesFriends: event.declinesFriends))
         }
+        collector?.finish()
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {

@@ -83,8 +83,8 @@ public final class EventStore: Sendable {
         // An erasure whose rebuild did not complete is finished by the next writer (after
         // the open lock: a replay takes a while).
         if !readOnly {
-            // A writer killed while appending without them (`LogKeys.suspendIndexes`).
-            try write { db in try LogKeys.restoreIndexes(db) }
+            // A writer killed while appending without them (`LogKeys.suspend`).
+            try write { db in try LogKeys.restore(db) }
             try levelProjections()
         }
         withExtendedLifetime(openLock) {}
@@ -224,14 +224,14 @@ public final class EventStore: Sendable {
     public static let bulkCatchUpFrom = ProjectionEngine.bulkMinimum
 
     /// Prepares for appending `expected` more events: when the projections will then be due
-    /// a bulk build (`ProjectionEngine.bulkDue`), the log's key indexes are dropped until
-    /// `catchUpProjections` (`LogKeys.suspendIndexes`). Returns whether they will be.
+    /// a bulk build (`ProjectionEngine.bulkDue`), the log's keys of new events are left out
+    /// until `catchUpProjections` (`LogKeys.suspend`). Returns whether they will be.
     public func prepareBulkBuild(from minimum: Int64, expecting expected: Int64) throws(IdreconError) -> Bool {
         // Asked with every batch of a consumer: a read, and a write only when due.
         guard try read({ db in try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) }) else { return false }
         return try write { db in
             guard try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) else { return false }
-            try LogKeys.suspendIndexes(db)
+            try LogKeys.suspend(db)
             return true
         }
     }
@@ -246,10 +246,10 @@ public final class EventStore: Sendable {
     @discardableResult
     public func catchUpProjections(bulkFrom: Int64? = nil, progress: (Int64, Int64) -> Void = { _, _ in }) throws(IdreconError) -> Int64 {
         if let bulkFrom, try read({ db in try ProjectionEngine.bulkDue(db, from: bulkFrom) }) {
-            return try buildBehindProjections(from: bulkFrom, progress: progress) // builds the key indexes too
+            return try buildBehindProjections(from: bulkFrom, progress: progress) // restores the log's keys too
         }
         return try write { db in
-            try LogKeys.restoreIndexes(db)
+            try LogKeys.restore(db)
             return try ProjectionEngine.catchUpLive(db, registry: projections)
         }
     }

@@ -2,26 +2,23 @@ import EventGenerator
 import Foundation
 import IdreconDomain
 import IdreconIngest
+import IdreconLog
+import IdreconProjections
 @testable import IdreconStore
 import Testing
 
 @Suite struct IngestTests {
-    /// An ingest that doubles the log appends without the log's key indexes and builds the
-    /// projections in bulk; a writer killed in between leaves them to the next writer.
-    @Test func keyIndexesComeBackAfterABulkIngestAndAfterAKill() throws {
-        func keyIndexes(_ store: EventStore) throws -> [String] {
-            try store.read { db in
-                try String.fetchAll(db, sql: """
-                    SELECT name FROM sqlite_master WHERE name IN ('events_device', 'events_asid_login') ORDER BY name
-                    """)
-            }
-        }
+    /// An ingest that doubles the log appends without the log's keys and builds the
+    /// projections in bulk, which inserts the keys from its scan; a writer killed in between
+    /// leaves them to the next writer.
+    @Test func logKeysComeBackAfterABulkIngestAndAfterAKill() throws {
+        func keysKept(_ store: EventStore) throws -> Bool { try store.read { db in try logKeysKept(db) } }
         let dir = TempDir()
         let store = try EventStore(path: dir.path("db.sqlite"))
         var ingestor = FileIngestor(store: store, chunkSize: 2)
         ingestor.bulkFrom = 1
         _ = try ingestor.ingest(path: dir.write("a.jsonl", (1...5).map { eventLine("e\($0)") }))
-        #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
+        #expect(try keysKept(store))
         #expect(try store.logPosition().appliedSeq == 5)
 
         // Projections left behind (a writer killed before its catch-up or build): running the
@@ -35,9 +32,44 @@ import Testing
 
         // Killed after dropping them: the next writer to open the database builds them.
         #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
-        #expect(try keyIndexes(store) == [])
+        #expect(try !keysKept(store))
         _ = try EventStore(path: dir.path("db.sqlite"))
-        #expect(try keyIndexes(store) == ["events_asid_login", "events_device"])
+        #expect(try keysKept(store))
+    }
+
+    /// The keys a bulk build's scanners hand over are inserted only when every scanner read
+    /// all it was given: one that stopped leaves the keys suspended, for the next writer.
+    @Test func logKeysFromAFailedScanAreNotKept() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        _ = try FileIngestor(store: store).ingest(path: dir.write("a.jsonl", (1...3).map { eventLine("e\($0)") }))
+        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
+        var taken = false
+        let more = BatchValidator.validate((4...9).map { (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0))) })
+        _ = try store.appendBatches(projectionLag: .max) { defer { taken = true }; return taken ? nil : (more, []) }
+        let through = try #require(try store.read { db in try LogKeys.keyedThrough(db) })
+        #expect(through == 3)
+
+        let sink = LogKeys.Sink(after: through, scanners: 2)
+        let failing = Background { () throws -> Void in
+            var finished: LogKeys.Collector? = LogKeys.Collector(sink)
+            var stopped: LogKeys.Collector? = LogKeys.Collector(sink)
+            try store.read { db in
+                try BulkStatement(db, "SELECT \(LoggedEvent.selectColumns) FROM events").each { row in
+                    let event = LoggedEvent(row)
+                    (event.seq % 2 == 0 ? finished : stopped)?.add(event)
+                }
+            }
+            finished?.finish()
+            finished = nil
+            stopped = nil // released without finishing: a scanner that failed
+        }
+        #expect(throws: (any Error).self) { try store.write { db in try sink.fill(db, scanned: 9) } }
+        _ = failing.result()
+        #expect(try store.read { db in try LogKeys.keyedThrough(db) } == 3)
+        #expect(try !store.read { db in try logKeysKept(db) })
+        _ = try EventStore(path: dir.path("db.sqlite"))
+        #expect(try store.read { db in try logKeysKept(db) })
     }
 
     /// A consumer sharing its process with the read API validates on its own (lowered) thread

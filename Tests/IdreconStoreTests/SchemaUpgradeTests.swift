@@ -19,6 +19,7 @@ import Testing
         let upgraded = try EventStore(path: old)
         let applied = try DatabaseQueue(path: old).read { try String.fetchAll($0, sql: "SELECT identifier FROM grdb_migrations") }
         #expect(Set(applied) == Set(Schema.migrator.migrations))
+        #expect(try upgraded.read { db in try logKeysKept(db) })
         _ = try upgraded.replay()
 
         let fresh = try EventStore(path: dir.path("fresh.sqlite"))
@@ -32,6 +33,7 @@ import Testing
         let summary = try FileIngestor(store: upgraded).ingest(path: more)
         #expect(summary.outcome.appended == 1 && summary.outcome.duplicates == 1 && summary.outcome.quarantinedTotal == 1)
         #expect(try upgraded.replay(verifyOnly: true).drift.isEmpty)
+        #expect(try upgraded.read { db in try logKeysKept(db) })
     }
 
     /// A database whose live projections predate the access history (v8) gets it filled

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import IdreconStore
 
 /// A fresh temporary directory per test, removed at deinit.
@@ -29,4 +30,22 @@ func eventLine(_ id: String, _ overrides: [String: String] = [:], time: String =
     for (k, v) in overrides { fields[k] = v }
     let data = try! JSONSerialization.data(withJSONObject: fields.filter { !$0.value.isEmpty }, options: [.sortedKeys])
     return String(decoding: data, as: UTF8.self)
+}
+
+/// Whether the log's keys are kept (not suspended) and are exactly the log's events' keys.
+func logKeysKept(_ db: Database) throws -> Bool {
+    let mismatches = try Int.fetchOne(db, sql: """
+        SELECT (SELECT count(*) FROM log_keys_suspended)
+            + (SELECT count(*) FROM (
+                SELECT tier, device_key, seq FROM event_device_keys EXCEPT SELECT seq >> 18, device_key, seq FROM events))
+            + (SELECT count(*) FROM (
+                SELECT seq >> 18, device_key, seq FROM events EXCEPT SELECT tier, device_key, seq FROM event_device_keys))
+            + (SELECT count(*) FROM (
+                SELECT tier, asid_key, occurred_at, seq FROM event_login_keys
+                EXCEPT SELECT seq >> 18, asid_key, occurred_at, seq FROM events WHERE type = 'login'))
+            + (SELECT count(*) FROM (
+                SELECT seq >> 18, asid_key, occurred_at, seq FROM events WHERE type = 'login'
+                EXCEPT SELECT tier, asid_key, occurred_at, seq FROM event_login_keys))
+        """)
+    return mismatches == 0
 }
