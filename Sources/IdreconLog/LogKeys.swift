@@ -3,7 +3,7 @@ import GRDB
 import IdreconDomain
 
 /// Lookups by the log's hashed keys: `event_device_keys (tier, device_key, seq)` and
-/// `event_login_keys (tier, asid_key, occurred_at, seq)` (migration v14). Both lead with the
+/// `event_login_keys (tier, asid_key, seq)` (migration v14). Both lead with the
 /// event's tier (`seq >> 18`) so that appends touch only the newest tier's pages; a lookup
 /// names every tier, and SQLite seeks once per tier.
 ///
@@ -13,8 +13,8 @@ import IdreconDomain
 /// (`Sink`), so that the writer inserts them in key order instead of SQLite sorting the log
 /// again (schemas/sql.md, "Tiered log keys"). Not a trigger: an `INSERT` that fires one
 /// writes more than one row, so SQLite journals every page it changes for a rollback of the
-/// statement (300,000 events appended live: 12.8 s with the indexes, 15.3-17.9 s with a
-/// trigger, which wrote four pages per event to the statement journal).
+/// statement (300,000 events appended live: 11.4-12.9 s with the indexes, 15.3-17.9 s with
+/// a trigger, which wrote four pages per event to the statement journal).
 package enum LogKeys {
     /// A `WITH RECURSIVE` list of every tier in the log, named `tiers(t)`.
     package static let tiers = """
@@ -55,9 +55,8 @@ package enum LogKeys {
                 SELECT seq >> 18, device_key, seq FROM events WHERE seq > ? ORDER BY 1, 2, 3
             """, arguments: [through])
         try db.execute(sql: """
-            INSERT INTO event_login_keys (tier, asid_key, occurred_at, seq)
-                SELECT seq >> 18, asid_key, occurred_at, seq FROM events
-                WHERE seq > ? AND type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3, 4
+            INSERT INTO event_login_keys (tier, asid_key, seq)
+                SELECT seq >> 18, asid_key, seq FROM events WHERE seq > ? AND type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3
             """, arguments: [through])
         try db.execute(sql: "DELETE FROM log_keys_suspended")
     }
@@ -69,27 +68,23 @@ package enum LogKeys {
 }
 
 extension LogKeys {
-    struct DeviceKey: Comparable {
+    /// A row of either key table.
+    struct Key: Comparable {
         var tier: Int64, key: Int64, seq: Int64
         static func < (a: Self, b: Self) -> Bool { (a.tier, a.key, a.seq) < (b.tier, b.key, b.seq) }
     }
 
-    struct LoginKey: Comparable {
-        var tier: Int64, key: Int64, at: Int64, seq: Int64
-        static func < (a: Self, b: Self) -> Bool { (a.tier, a.key, a.at, a.seq) < (b.tier, b.key, b.at, b.seq) }
-    }
-
     /// Keys of events, each kind in key order.
     struct Run: Sendable {
-        var devices: [DeviceKey] = []
-        var logins: [LoginKey] = []
+        var devices: [Key] = []
+        var logins: [Key] = []
 
         var isEmpty: Bool { devices.isEmpty && logins.isEmpty }
 
-        mutating func add(seq: Int64, deviceKey: Int64, type: EventType, asidKey: Int64?, at: Int64) {
+        mutating func add(seq: Int64, deviceKey: Int64, type: EventType, asidKey: Int64?) {
             let tier = LogKeys.tier(seq)
-            devices.append(DeviceKey(tier: tier, key: deviceKey, seq: seq))
-            if type == .login, let asidKey { logins.append(LoginKey(tier: tier, key: asidKey, at: at, seq: seq)) }
+            devices.append(Key(tier: tier, key: deviceKey, seq: seq))
+            if type == .login, let asidKey { logins.append(Key(tier: tier, key: asidKey, seq: seq)) }
         }
 
         mutating func sort() {
@@ -108,19 +103,23 @@ extension LogKeys {
                 let names = columns.joined(separator: ", ")
                 return try BulkStatement(cached: db, "INSERT OR IGNORE INTO \(table) (\(names)) VALUES \(values)")
             }
-            func insert<Key>(
-                _ keys: [Key], _ table: String, _ columns: [String], _ bind: (inout BulkStatement.Binder, Key) -> Void
-            ) throws {
+            func insert(_ keys: [Key], _ table: String, _ columns: [String]) throws {
                 var start = keys.startIndex
                 while start < keys.endIndex {
                     let count = keys.endIndex - start >= rows ? rows : 1
                     let insert = try statement(table, columns, count)
-                    try insert.run { binder in for key in keys[start..<(start + count)] { bind(&binder, key) } }
+                    try insert.run { binder in
+                        for key in keys[start..<(start + count)] {
+                            binder.add(key.tier)
+                            binder.add(key.key)
+                            binder.add(key.seq)
+                        }
+                    }
                     start += count
                 }
             }
-            try insert(devices, "event_device_keys", ["tier", "device_key", "seq"]) { $0.add($1.tier); $0.add($1.key); $0.add($1.seq) }
-            try insert(logins, "event_login_keys", ["tier", "asid_key", "occurred_at", "seq"]) { $0.add($1.tier); $0.add($1.key); $0.add($1.at); $0.add($1.seq) }
+            try insert(devices, "event_device_keys", ["tier", "device_key", "seq"])
+            try insert(logins, "event_login_keys", ["tier", "asid_key", "seq"])
         }
     }
 
@@ -129,7 +128,7 @@ extension LogKeys {
         private var run = Run()
 
         package mutating func add(seq: Int64, _ image: LoggedEvent.Image) {
-            run.add(seq: seq, deviceKey: image.deviceKey, type: image.type, asidKey: image.asidKey, at: image.occurredAt)
+            run.add(seq: seq, deviceKey: image.deviceKey, type: image.type, asidKey: image.asidKey)
         }
 
         package mutating func write(_ db: Database) throws {
@@ -226,7 +225,7 @@ extension LogKeys {
                 send()
                 self.tier = tier
             }
-            run.add(seq: event.seq, deviceKey: event.deviceKey, type: event.type, asidKey: event.asidKey, at: event.key.at)
+            run.add(seq: event.seq, deviceKey: event.deviceKey, type: event.type, asidKey: event.asidKey)
         }
 
         /// Sends the last tier's keys: the scanner read all it was given.

@@ -403,11 +403,10 @@ package enum Schema {
                     PRIMARY KEY (tier, device_key, seq)
                 ) STRICT, WITHOUT ROWID;
                 CREATE TABLE event_login_keys (
-                    tier        INTEGER NOT NULL,
-                    asid_key    INTEGER NOT NULL,
-                    occurred_at INTEGER NOT NULL,
-                    seq         INTEGER NOT NULL,
-                    PRIMARY KEY (tier, asid_key, occurred_at, seq)
+                    tier     INTEGER NOT NULL,
+                    asid_key INTEGER NOT NULL,
+                    seq      INTEGER NOT NULL,
+                    PRIMARY KEY (tier, asid_key, seq)
                 ) STRICT, WITHOUT ROWID;
                 CREATE TABLE log_keys_suspended (
                     id            INTEGER PRIMARY KEY CHECK (id = 1),
@@ -415,9 +414,8 @@ package enum Schema {
                 ) STRICT;
                 INSERT INTO event_device_keys (tier, device_key, seq)
                     SELECT seq >> 18, device_key, seq FROM events ORDER BY 1, 2, 3;
-                INSERT INTO event_login_keys (tier, asid_key, occurred_at, seq)
-                    SELECT seq >> 18, asid_key, occurred_at, seq FROM events
-                    WHERE type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3, 4;
+                INSERT INTO event_login_keys (tier, asid_key, seq)
+                    SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3;
                 DROP INDEX IF EXISTS events_device;
                 DROP INDEX IF EXISTS events_asid_login;
                 """)

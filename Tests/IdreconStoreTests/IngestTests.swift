@@ -72,6 +72,21 @@ import Testing
         #expect(try store.read { db in try logKeysKept(db) })
     }
 
+    /// A late event's refold finds the events of its device through the log's keys: a fold
+    /// that runs while they are left out inserts them first.
+    @Test func aFoldWhileTheLogKeysAreLeftOutRestoresThemFirst() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"))
+        let lines = (1...3).map { eventLine("e\($0)", ["device_id": "D"], time: "2026-11-01T09:00:0\($0)Z") }
+        _ = try FileIngestor(store: store).ingest(path: dir.write("a.jsonl", lines))
+        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
+        let late = eventLine("late", ["device_id": "D"], time: "2026-11-01T08:00:00Z")
+        let outcome = try store.append(BatchValidator.validate([(Array(late.utf8), RecordOrigin(source: "t", position: 1))]), positions: [])
+        #expect(outcome.appended == 1)
+        #expect(try store.read { db in try logKeysKept(db) })
+        #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+    }
+
     /// A consumer sharing its process with the read API validates on its own (lowered) thread
     /// alone: the same records, in the same order, as validating on every core.
     @Test func validatingOnOneThreadGivesWhatAllCoresGive() {

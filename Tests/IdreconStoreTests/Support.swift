@@ -41,11 +41,11 @@ func logKeysKept(_ db: Database) throws -> Bool {
             + (SELECT count(*) FROM (
                 SELECT seq >> 18, device_key, seq FROM events EXCEPT SELECT tier, device_key, seq FROM event_device_keys))
             + (SELECT count(*) FROM (
-                SELECT tier, asid_key, occurred_at, seq FROM event_login_keys
-                EXCEPT SELECT seq >> 18, asid_key, occurred_at, seq FROM events WHERE type = 'login'))
+                SELECT tier, asid_key, seq FROM event_login_keys
+                EXCEPT SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login'))
             + (SELECT count(*) FROM (
-                SELECT seq >> 18, asid_key, occurred_at, seq FROM events WHERE type = 'login'
-                EXCEPT SELECT tier, asid_key, occurred_at, seq FROM event_login_keys))
+                SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login'
+                EXCEPT SELECT tier, asid_key, seq FROM event_login_keys))
         """)
     return mismatches == 0
 }
