@@ -28,8 +28,8 @@ package enum LogKeys {
     /// The tier of an event.
     static func tier(_ seq: Int64) -> Int64 { seq >> 18 }
 
-    /// The last event whose keys are stored while they are suspended; nil while the trigger
-    /// keeps them.
+    /// The last event whose keys are stored while they are suspended; nil while the append
+    /// inserts them.
     package static func keyedThrough(_ db: Database) throws -> Int64? {
         try Int64.fetchOne(db, sql: "SELECT keyed_through FROM log_keys_suspended")
     }
@@ -56,7 +56,8 @@ package enum LogKeys {
             """, arguments: [through])
         try db.execute(sql: """
             INSERT INTO event_login_keys (tier, asid_key, seq)
-                SELECT seq >> 18, asid_key, seq FROM events WHERE seq > ? AND type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3
+                SELECT seq >> 18, asid_key, seq FROM events
+                WHERE seq > ? AND type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3
             """, arguments: [through])
         try db.execute(sql: "DELETE FROM log_keys_suspended")
     }
@@ -97,18 +98,17 @@ extension LogKeys {
         /// inserted there without a seek from the root; but a statement of several rows is
         /// journaled when it could fail halfway, so only `INSERT OR IGNORE`.
         func insert(_ db: Database, rows: Int) throws {
-            func statement(_ table: String, _ columns: [String], _ count: Int) throws -> BulkStatement {
-                let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
-                let values = Array(repeating: row, count: count).joined(separator: ", ")
-                let names = columns.joined(separator: ", ")
-                return try BulkStatement(cached: db, "INSERT OR IGNORE INTO \(table) (\(names)) VALUES \(values)")
+            func statement(_ table: String, _ columns: String, _ count: Int) throws -> BulkStatement {
+                let values = Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")
+                return try BulkStatement(cached: db, "INSERT OR IGNORE INTO \(table) (\(columns)) VALUES \(values)")
             }
-            func insert(_ keys: [Key], _ table: String, _ columns: [String]) throws {
+            func insert(_ keys: [Key], _ table: String, _ columns: String) throws {
+                guard !keys.isEmpty else { return }
+                let (many, one) = (try statement(table, columns, rows), try statement(table, columns, 1))
                 var start = keys.startIndex
                 while start < keys.endIndex {
                     let count = keys.endIndex - start >= rows ? rows : 1
-                    let insert = try statement(table, columns, count)
-                    try insert.run { binder in
+                    try (count == rows ? many : one).run { binder in
                         for key in keys[start..<(start + count)] {
                             binder.add(key.tier)
                             binder.add(key.key)
@@ -118,8 +118,8 @@ extension LogKeys {
                     start += count
                 }
             }
-            try insert(devices, "event_device_keys", ["tier", "device_key", "seq"])
-            try insert(logins, "event_login_keys", ["tier", "asid_key", "seq"])
+            try insert(devices, "event_device_keys", "tier, device_key, seq")
+            try insert(logins, "event_login_keys", "tier, asid_key, seq")
         }
     }
 
@@ -194,11 +194,15 @@ extension LogKeys {
         }
 
         /// Inserts the scanned keys as they come, then keeps the keys again (`restore`, for
-        /// events after `scanned`, the scan's last one). Runs in the caller's write
-        /// transaction, beside the scan; throws (so that the transaction rolls back and the
-        /// keys stay suspended) when a scanner failed.
-        package func fill(_ db: Database, scanned: Int64) throws {
+        /// events after `scanned`, the scan's last one), in a write transaction of `writer`,
+        /// beside the scan; throws (so that the transaction rolls back and the keys stay
+        /// suspended) when a scanner failed. However it ends, the scanners no longer wait.
+        package func fill(_ writer: some DatabaseWriter, scanned: Int64) throws {
             defer { cancel() }
+            try writer.write { db in try fill(db, scanned: scanned) }
+        }
+
+        private func fill(_ db: Database, scanned: Int64) throws {
             // Another writer may have restored the keys since the scan began: keep its.
             guard try LogKeys.keyedThrough(db) != nil else { return }
             while let run = try next() { try run.insert(db, rows: 128) }

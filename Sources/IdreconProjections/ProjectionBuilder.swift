@@ -45,14 +45,16 @@ package struct ProjectionBuilder {
         _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String,
         keys: LogKeys.Sink? = nil
     ) throws -> ScannedFacts {
+        // Made first: whatever this throws, releasing them tells the sink the scan failed.
+        let collectors = keys.map { (LogKeys.Collector($0), LogKeys.Collector($0)) }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
         let partitions = Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up)))
         let middle = lastSeq / 2
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         guard partitions > 1 else {
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events), keys: keys) } },
-                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events), keys: keys) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events), keys: collectors?.0) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events), keys: collectors?.1) } })
             let otherDevices = second.devices.take() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
@@ -60,10 +62,12 @@ package struct ProjectionBuilder {
         let ranges = try snapshots.0.read { db in try KeyRanges(db, seqs: 1...max(1, lastSeq), partitions: partitions) }
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in
-                try SpilledFacts(db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: keys)
+                try SpilledFacts(
+                    db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: collectors?.0)
             } },
             { try snapshots.1.read { db in
-                try SpilledFacts(db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: keys)
+                try SpilledFacts(
+                    db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: collectors?.1)
             } })
         return .spilled(first, second, partitions: partitions)
     }
@@ -240,7 +244,7 @@ package struct ProjectionBuilder {
         init() {}
 
         /// The facts of the events in `seqs` (`atMost` of them).
-        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Sink? = nil) throws {
+        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Collector? = nil) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
             try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.add($0) }, login: { facts.add($0) })
@@ -296,7 +300,8 @@ package struct ProjectionBuilder {
         let directory: String
 
         init(
-            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String, keys: LogKeys.Sink?
+            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String,
+            keys: LogKeys.Collector?
         ) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
@@ -352,12 +357,11 @@ package struct ProjectionBuilder {
     }
 
     /// Calls `device` for every event in `seqs` and `login` for every login, in log order,
-    /// and hands their log keys to `keys`.
+    /// and hands their log keys to `keys` (finished when all are read).
     static func scan(
-        _ db: Database, seqs: ClosedRange<Int64>, keys: LogKeys.Sink? = nil,
+        _ db: Database, seqs: ClosedRange<Int64>, keys collector: LogKeys.Collector? = nil,
         device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
     ) throws {
-        let collector = keys.map(LogKeys.Collector.init)
         try BulkStatement(db, """
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in

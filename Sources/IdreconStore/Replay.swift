@@ -114,7 +114,7 @@ extension EventStore {
         let keys = fillingKeys ? keyedThrough.map { LogKeys.Sink(after: $0, scanners: ProjectionBuilder.scanners) } : nil
         let scan = { try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys) }
         let scanned = try keys.map { keys in
-            try concurrently(scan, { [pool, last = seen.lastSeq] in try pool.write { db in try keys.fill(db, scanned: last) } }).0
+            try concurrently(scan, { [pool, last = seen.lastSeq] in try keys.fill(pool, scanned: last) }).0
         } ?? scan()
 
         // Loading and finishing are single-threaded SQLite writes: the other core digests

@@ -64,7 +64,7 @@ import Testing
             finished = nil
             stopped = nil // released without finishing: a scanner that failed
         }
-        #expect(throws: (any Error).self) { try store.write { db in try sink.fill(db, scanned: 9) } }
+        #expect(throws: (any Error).self) { try sink.fill(store.pool, scanned: 9) }
         _ = failing.result()
         #expect(try store.read { db in try LogKeys.keyedThrough(db) } == 3)
         #expect(try !store.read { db in try logKeysKept(db) })
