@@ -149,7 +149,7 @@ extension LogKeys {
         private var runs: [Run] = []
         private var scanning: Int
         private var failed = false, cancelled = false
-        private static let waitingRuns = 4
+        private static let waitingRuns = 2
 
         /// `scanners`: how many `Collector`s will send (each must `finish` or be released).
         package init(after: Int64, scanners: Int) {
@@ -222,12 +222,18 @@ extension LogKeys {
 
         deinit { if !finished { sink.close(failed: true) } }
 
+        private static let tierSize = 1 << 18
+
         package func add(_ event: LoggedEvent) {
             guard event.seq > sink.after else { return }
             let tier = LogKeys.tier(event.seq)
             if tier != self.tier {
                 send()
                 self.tier = tier
+                // A tier's keys at most, allocated once: grown by doubling, each array would
+                // hold its old and new storage at once, and up to twice what it needs.
+                run.devices.reserveCapacity(Self.tierSize)
+                run.logins.reserveCapacity(Self.tierSize)
             }
             run.add(seq: event.seq, deviceKey: event.deviceKey, type: event.type, asidKey: event.asidKey)
         }
