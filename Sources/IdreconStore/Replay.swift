@@ -112,6 +112,9 @@ extension EventStore {
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize, lastSeq: seen.lastSeq)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let keys = fillingKeys ? keyedThrough.map { LogKeys.Sink(after: $0, scanners: ProjectionBuilder.scanners) } : nil
+        // The load refolds a few ASIDs through the log's keys: any that a bulk append (another
+        // writer's) left out are inserted first, if this scan does not hand them over.
+        if keys == nil, keyedThrough != nil { try pool.write { db in try LogKeys.restore(db) } }
         let scan = { try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys) }
         let scanned = try keys.map { keys in
             try concurrently(scan, { [pool, last = seen.lastSeq] in try keys.fill(pool, scanned: last) }).0
