@@ -16,9 +16,12 @@ import IdreconDomain
 /// statement (300,000 events appended live: 11.4-12.9 s with the indexes, 15.3-17.9 s with
 /// a trigger, which wrote four pages per event to the statement journal).
 package enum LogKeys {
+    /// A tier holds 2^18 events (migration v7's `seq >> 18`).
+    static let tierShift = 18
     /// A `WITH RECURSIVE` list of every tier in the log, named `tiers(t)`.
     package static let tiers = """
-        tiers(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tiers WHERE t < (SELECT seq >> 18 FROM events ORDER BY seq DESC LIMIT 1))
+        tiers(t) AS (SELECT 0 UNION ALL SELECT t + 1 FROM tiers WHERE t < \
+        (SELECT seq >> \(tierShift) FROM events ORDER BY seq DESC LIMIT 1))
         """
     /// The `seq`s of a device's events up to a `seq`: binds `device_key`, then the `seq`.
     package static let deviceSeqs = "SELECT seq FROM event_device_keys WHERE tier IN tiers AND device_key = ? AND seq <= ?"
@@ -26,7 +29,7 @@ package enum LogKeys {
     package static let loginSeqs = "SELECT seq FROM event_login_keys WHERE tier IN tiers AND asid_key = ? AND seq <= ?"
 
     /// The tier of an event.
-    static func tier(_ seq: Int64) -> Int64 { seq >> 18 }
+    static func tier(_ seq: Int64) -> Int64 { seq >> tierShift }
 
     /// The last event whose keys are stored while they are suspended; nil while the append
     /// inserts them.
@@ -52,11 +55,11 @@ package enum LogKeys {
         guard let through = try keyedThrough(db) else { return }
         try db.execute(sql: """
             INSERT INTO event_device_keys (tier, device_key, seq)
-                SELECT seq >> 18, device_key, seq FROM events WHERE seq > ? ORDER BY 1, 2, 3
+                SELECT seq >> \(tierShift), device_key, seq FROM events WHERE seq > ? ORDER BY 1, 2, 3
             """, arguments: [through])
         try db.execute(sql: """
             INSERT INTO event_login_keys (tier, asid_key, seq)
-                SELECT seq >> 18, asid_key, seq FROM events
+                SELECT seq >> \(tierShift), asid_key, seq FROM events
                 WHERE seq > ? AND type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3
             """, arguments: [through])
         try db.execute(sql: "DELETE FROM log_keys_suspended")
@@ -93,11 +96,12 @@ extension LogKeys {
             logins.sort()
         }
 
-        /// Inserts the keys, `rows` to a statement. SQLite keeps one cursor through a
+        /// Inserts the keys, 128 to a statement. SQLite keeps one cursor through a
         /// statement's rows, and a key that goes after the last one on the cursor's leaf is
         /// inserted there without a seek from the root; but a statement of several rows is
         /// journaled when it could fail halfway, so only `INSERT OR IGNORE`.
-        func insert(_ db: Database, rows: Int) throws {
+        func insert(_ db: Database) throws {
+            let rows = 128
             func statement(_ table: String, _ columns: String, _ count: Int) throws -> BulkStatement {
                 let values = Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")
                 return try BulkStatement(cached: db, "INSERT OR IGNORE INTO \(table) (\(columns)) VALUES \(values)")
@@ -133,7 +137,7 @@ extension LogKeys {
 
         package mutating func write(_ db: Database) throws {
             run.sort()
-            try run.insert(db, rows: 128)
+            try run.insert(db)
         }
     }
 
@@ -205,7 +209,7 @@ extension LogKeys {
         private func fill(_ db: Database, scanned: Int64) throws {
             // Another writer may have restored the keys since the scan began: keep its.
             guard try LogKeys.keyedThrough(db) != nil else { return }
-            while let run = try next() { try run.insert(db, rows: 128) }
+            while let run = try next() { try run.insert(db) }
             try db.execute(sql: "UPDATE log_keys_suspended SET keyed_through = max(keyed_through, ?)", arguments: [scanned])
             try LogKeys.restore(db)
         }
@@ -222,7 +226,7 @@ extension LogKeys {
 
         deinit { if !finished { sink.close(failed: true) } }
 
-        private static let tierSize = 1 << 18
+        private static let tierSize = 1 << LogKeys.tierShift
 
         package func add(_ event: LoggedEvent) {
             guard event.seq > sink.after else { return }
