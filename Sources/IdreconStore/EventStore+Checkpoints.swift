@@ -12,15 +12,18 @@ import IdreconDomain
 /// After each commit the writer's WAL hook asks for a passive checkpoint here, which copies the
 /// committed pages while the writer goes on. A WAL starts again from its beginning only when a
 /// write transaction begins after it was checkpointed whole, so the writer still checkpoints
-/// itself once the WAL holds `writerCheckpointPages`: by then it copies only the pages committed
+/// itself once the WAL holds `writerCheckpointBytes`: by then it copies only the pages committed
 /// since the last checkpoint here. Durability is SQLite's, as before (`synchronous=NORMAL`: the
 /// WAL is synced by whichever connection checkpoints).
 package final class BackgroundCheckpoints: @unchecked Sendable {
-    /// The WAL size (pages) at which the writer checkpoints itself: large enough that the
-    /// background has checkpointed most of the WAL by then (a 64,000-record transaction of the
-    /// bench's stream writes ~11,000 pages), small enough to keep the WAL's index quick for
-    /// readers (one hash table per 4,096 pages).
-    static let writerCheckpointPages: Int32 = 65_536
+    /// The WAL size at which the writer checkpoints itself: large enough that the background has
+    /// checkpointed most of the WAL by then (a 64,000-record transaction of the bench's stream
+    /// writes ~45 MB), small enough to keep the WAL's index quick for readers (one hash table
+    /// per 4,096 pages).
+    static let writerCheckpointBytes = 256 << 20
+
+    /// `writerCheckpointBytes` in the database's pages.
+    private let writerCheckpointPages: Int32
 
     private let store: EventStore
     private let connection: DatabaseQueue
@@ -35,6 +38,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
         var config = EventStore.configuration(readOnly: false)
         config.label = "idrecon.checkpoints"
         connection = try DatabaseQueue(path: store.path, configuration: config)
+        writerCheckpointPages = try connection.read { db in try EventStore.pages(Self.writerCheckpointBytes, db) }
         // Lowered, the queue takes the background QoS, whose GCD threads are its own (as the
         // writer's): a lowered thread of the shared pool would later run the API's handlers.
         queue = DispatchQueue(label: "idrecon.checkpoints", qos: lowered == nil ? .utility : .background)
@@ -66,7 +70,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
         store.pool.writeWithoutTransaction { db in
             _ = sqlite3_wal_hook(db.sqliteConnection, { context, db, name, pages in
                 let checkpoints = Unmanaged<BackgroundCheckpoints>.fromOpaque(context!).takeUnretainedValue()
-                if pages >= BackgroundCheckpoints.writerCheckpointPages {
+                if pages >= checkpoints.writerCheckpointPages {
                     _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
                 } else {
                     checkpoints.request()
@@ -106,7 +110,8 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     /// `now` checkpoints what the background has not yet.
     private func writerCheckpointsItself(now: Bool) {
         store.pool.writeWithoutTransaction { db in
-            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, EventStore.walAutocheckpointPages)
+            let pages = (try? EventStore.pages(EventStore.walAutocheckpointBytes, db)) ?? 8192
+            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, pages)
             if now { _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
         }
     }
@@ -117,8 +122,15 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
 }
 
 extension EventStore {
-    /// SQLite's own checkpoint interval on every connection (pages of WAL).
-    static let walAutocheckpointPages: Int32 = 8192
+    /// SQLite's own checkpoint interval on every connection: 32 MiB of WAL (8,192 pages of 4 KiB).
+    static let walAutocheckpointBytes = 32 << 20
+
+    /// `bytes` in pages of `db` (whose page size is `pageSizeBytes` unless it was created
+    /// before that, or by another program).
+    static func pages(_ bytes: Int, _ db: Database) throws -> Int32 {
+        let size = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+        return Int32(clamping: bytes / max(512, size))
+    }
 
     /// Moves the writer's checkpoints to a connection and queue of their own until `stop()`
     /// (`BackgroundCheckpoints`). `lowered` lowers the queue's thread beside a read API: it runs

@@ -18,6 +18,12 @@ public final class EventStore: Sendable {
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
     static let pageCacheKiB = 32768
 
+    /// Page size of a database this creates (SQLite's default is 4 KiB); one with content keeps
+    /// its own. A 1M `ingest` took 13.2–13.8 s at 16 KiB against 17.1 s at 4 KiB in paired runs,
+    /// with a third less system time, and a 1M `replay` 12 % less: a page holds four times the
+    /// rows, so the sorted loads split, link and log (WAL frames) a quarter as many pages.
+    static let pageSizeBytes = 16384
+
     /// Helper threads SQLite may start for one sort (`PRAGMA threads`): one per core.
     static let sortThreads = min(8, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
 
@@ -100,9 +106,10 @@ public final class EventStore: Sendable {
         config.prepareDatabase { db in
             // WAL + NORMAL is durable against process crashes (SIGKILL); a bigger page
             // cache and checkpoint interval keep random-key index inserts off the disk.
+            try db.execute(sql: "PRAGMA page_size = \(EventStore.pageSizeBytes)")
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
-            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(EventStore.walAutocheckpointPages)")
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(try EventStore.pages(EventStore.walAutocheckpointBytes, db))")
             // Index builds and large sorts sort on both cores (10M events: the log's key index
             // 11.3-13.6 s -> 7.2-7.7 s).
             try db.execute(sql: "PRAGMA threads = \(EventStore.sortThreads)")

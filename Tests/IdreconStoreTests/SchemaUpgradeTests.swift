@@ -36,6 +36,23 @@ import Testing
         #expect(try upgraded.read { db in try logKeysKept(db) })
     }
 
+    /// A database idrecon creates has `pageSizeBytes` pages; one made before (SQLite's default
+    /// 4 KiB) keeps its own. Both checkpoint at the same WAL size in bytes.
+    @Test func newDatabasesTakeLargerPagesAndOldOnesKeepTheirs() throws {
+        let dir = TempDir()
+        let old = dir.path("old.sqlite")
+        let script = try String(contentsOf: Self.fixtures.appendingPathComponent("v1-event-log.sql"), encoding: .utf8)
+        try DatabaseQueue(path: old).writeWithoutTransaction { try $0.execute(sql: script) }
+        for (path, pageSize) in [(dir.path("new.sqlite"), EventStore.pageSizeBytes), (old, 4096)] {
+            let store = try EventStore(path: path)
+            _ = try FileIngestor(store: store).ingest(path: dir.write("one-\(pageSize).jsonl", [eventLine("pages")]))
+            let (size, interval) = try store.read { db in
+                (try Int.fetchOne(db, sql: "PRAGMA page_size"), try Int.fetchOne(db, sql: "PRAGMA wal_autocheckpoint"))
+            }
+            #expect(size == pageSize && interval == EventStore.walAutocheckpointBytes / pageSize)
+        }
+    }
+
     /// A database whose live projections predate the access history (v8) gets it filled
     /// from the events they had folded: equal to what a replay builds, and it keeps folding.
     @Test func accessHistoryMigrationFillsTheLiveGeneration() throws {
