@@ -189,3 +189,54 @@ package struct BulkStatement {
         }
     }
 }
+
+/// Inserts into one table, many rows to a statement, for loads in key order (a bulk build's
+/// tables, the log's keys). SQLite keeps one cursor through a statement's rows, and a row that
+/// goes after the last one on the cursor's leaf is inserted there without a seek from the root:
+/// 300,000 rows of `devices` in key order took 0.39 s at 128 to a statement against 0.61 s one to
+/// a statement (Python's `sqlite3`, the same bindings either way).
+///
+/// The statements are `INSERT OR IGNORE`: SQLite journals each statement of several rows that
+/// could fail halfway, for a rollback of that statement alone, and one that ignores conflicts
+/// cannot fail. A `checked` insert then fails when a row was left out (a duplicate key, a NULL
+/// or a value its `CHECK` refuses), as a plain `INSERT` would.
+package struct BulkInsert {
+    private static let rowsPerStatement = 128
+    private let many, one: BulkStatement
+    private let checked: Bool
+    private let table: String
+
+    /// `columns`: the names, comma-separated, in the order `insert`'s `bind` adds values.
+    package init(cached db: Database, into table: String, _ columns: String, checked: Bool = true) throws {
+        let count = columns.split(separator: ",").count
+        let row = "(" + Array(repeating: "?", count: count).joined(separator: ", ") + ")"
+        let insert = "INSERT OR IGNORE INTO \(table) (\(columns)) VALUES "
+        many = try BulkStatement(cached: db, insert + Array(repeating: row, count: Self.rowsPerStatement).joined(separator: ", "))
+        one = try BulkStatement(cached: db, insert + row)
+        self.checked = checked
+        self.table = table
+    }
+
+    /// Inserts `rows` in their order; `bind` adds one row's values.
+    package func insert<C: Collection>(_ rows: C, _ bind: (C.Element, inout BulkStatement.Binder) -> Void) throws {
+        var start = rows.startIndex
+        var left = rows.count
+        while left > 0 {
+            let count = left >= Self.rowsPerStatement ? Self.rowsPerStatement : 1
+            let end = rows.index(start, offsetBy: count)
+            let inserted = try (count == 1 ? one : many).run { binder in
+                for row in rows[start..<end] { bind(row, &binder) }
+            }
+            if checked && inserted != count {
+                throw DatabaseError(resultCode: .SQLITE_CONSTRAINT, message: "\(count - inserted) of \(count) rows conflicted in \(table)")
+            }
+            start = end
+            left -= count
+        }
+    }
+
+    /// Inserts one row.
+    package func insert(_ bind: (inout BulkStatement.Binder) -> Void) throws {
+        try insert(CollectionOfOne(())) { _, binder in bind(&binder) }
+    }
+}

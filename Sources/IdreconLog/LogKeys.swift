@@ -96,30 +96,14 @@ extension LogKeys {
             logins.sort()
         }
 
-        /// Inserts the keys, 128 to a statement. SQLite keeps one cursor through a
-        /// statement's rows, and a key that goes after the last one on the cursor's leaf is
-        /// inserted there without a seek from the root; but a statement of several rows is
-        /// journaled when it could fail halfway, so only `INSERT OR IGNORE`.
+        /// Inserts the keys, many to a statement (`BulkInsert`); a key already there is left as it is.
         func insert(_ db: Database) throws {
-            let rows = 128
-            func statement(_ table: String, _ columns: String, _ count: Int) throws -> BulkStatement {
-                let values = Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")
-                return try BulkStatement(cached: db, "INSERT OR IGNORE INTO \(table) (\(columns)) VALUES \(values)")
-            }
             func insert(_ keys: [Key], _ table: String, _ columns: String) throws {
                 guard !keys.isEmpty else { return }
-                let (many, one) = (try statement(table, columns, rows), try statement(table, columns, 1))
-                var start = keys.startIndex
-                while start < keys.endIndex {
-                    let count = keys.endIndex - start >= rows ? rows : 1
-                    try (count == rows ? many : one).run { binder in
-                        for key in keys[start..<(start + count)] {
-                            binder.add(key.tier)
-                            binder.add(key.key)
-                            binder.add(key.seq)
-                        }
-                    }
-                    start += count
+                try BulkInsert(cached: db, into: table, columns, checked: false).insert(keys) { key, binder in
+                    binder.add(key.tier)
+                    binder.add(key.key)
+                    binder.add(key.seq)
                 }
             }
             try insert(devices, "event_device_keys", "tier, device_key, seq")

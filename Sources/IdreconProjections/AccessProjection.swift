@@ -175,9 +175,12 @@ enum AccessProjection: Projection {
     /// whose kept logins do not suffice is folded from the log's events up to `seq`.
     static func writeBulk(_ asids: [(asid: String, logins: Logins)], upTo seq: Int64, _ db: Database, _ t: ProjectionTables) throws {
         let rows = try Rows(db, t)
+        var folds: [(asid: String, fold: Fold)] = []
+        folds.reserveCapacity(asids.count)
         for (asid, logins) in asids.sorted(by: { $0.asid < $1.asid }) {
-            try rows.write(asid, logins.isComplete ? logins.fold : Fold.of(try rows.logged(asid, upTo: seq)))
+            folds.append((asid, logins.isComplete ? logins.fold : Fold.of(try rows.logged(asid, upTo: seq))))
         }
+        try rows.insert(folds)
     }
 
     // MARK: Rows
@@ -185,7 +188,8 @@ enum AccessProjection: Projection {
     /// Binding and decoding of `asid_last_logins` and `asid_limited_spans` rows: the only
     /// place that lists their columns.
     struct Rows {
-        private let loadLast, saveLast, insertSpan, closeSpan, deleteSpans_, loggedLogins: BulkStatement
+        private let loadLast, saveLast, closeSpan, deleteSpans_, loggedLogins: BulkStatement
+        private let insertLast, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loggedLogins = try BulkStatement(cached: db, """
@@ -197,9 +201,8 @@ enum AccessProjection: Projection {
                 INSERT INTO \(t.lastLogins) (asid, last_at, last_event, tracking) VALUES (?, ?, ?, ?)
                 ON CONFLICT (asid) DO UPDATE SET last_at = excluded.last_at, last_event = excluded.last_event, tracking = excluded.tracking
                 """)
-            insertSpan = try BulkStatement(cached: db, """
-                INSERT INTO \(t.asidSpans) (asid, from_at, from_event, to_at, to_event, app_id, device_id) VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
+            insertLast = try BulkInsert(cached: db, into: t.lastLogins, "asid, last_at, last_event, tracking")
+            insertSpan = try BulkInsert(cached: db, into: t.asidSpans, "asid, from_at, from_event, to_at, to_event, app_id, device_id")
             closeSpan = try BulkStatement(cached: db, """
                 UPDATE \(t.asidSpans) SET to_at = ?, to_event = ? WHERE asid = ? AND from_at = ? AND from_event = ?
                 """)
@@ -213,16 +216,27 @@ enum AccessProjection: Projection {
         /// Writes a fold: its latest login, the stored span it closed and the spans it opened.
         func write(_ asid: String, _ fold: Fold) throws {
             guard let last = fold.last else { return }
-            try saveLast.run { $0.add(asid); $0.add(last.key.at); $0.add(last.key.eventID); $0.add(last.limited ? "limited" : "enabled") }
+            try saveLast.run { Self.bind(asid, last, &$0) }
             if let closed = fold.closedStored {
                 try closeSpan.run { $0.add(closed.to.at); $0.add(closed.to.eventID); $0.add(asid); $0.add(closed.from.at); $0.add(closed.from.eventID) }
             }
-            for span in fold.spans {
-                try insertSpan.run {
-                    $0.add(asid); $0.add(span.from.at); $0.add(span.from.eventID); $0.add(span.to?.at); $0.add(span.to?.eventID)
-                    $0.add(span.app); $0.add(span.device)
-                }
-            }
+            try insertSpan.insert(fold.spans) { span, binder in Self.bind(asid, span, &binder) }
+        }
+
+        /// Inserts a bulk build's folds (of ASIDs with nothing stored), in key order, into empty tables.
+        func insert(_ folds: [(asid: String, fold: Fold)]) throws {
+            try insertLast.insert(folds.filter { $0.fold.last != nil }) { fold, binder in Self.bind(fold.asid, fold.fold.last!, &binder) }
+            let spans = folds.lazy.flatMap { fold in fold.fold.spans.lazy.map { (fold.asid, $0) } }
+            try insertSpan.insert(Array(spans)) { span, binder in Self.bind(span.0, span.1, &binder) }
+        }
+
+        private static func bind(_ asid: String, _ last: (key: EventKey, limited: Bool), _ binder: inout BulkStatement.Binder) {
+            binder.add(asid); binder.add(last.key.at); binder.add(last.key.eventID); binder.add(last.limited ? "limited" : "enabled")
+        }
+
+        private static func bind(_ asid: String, _ span: Span, _ binder: inout BulkStatement.Binder) {
+            binder.add(asid); binder.add(span.from.at); binder.add(span.from.eventID); binder.add(span.to?.at); binder.add(span.to?.eventID)
+            binder.add(span.app); binder.add(span.device)
         }
 
         func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }

@@ -133,7 +133,8 @@ enum DevicesProjection: Projection {
     /// Binding and decoding of `devices` and `limited_spans` rows: the only place that
     /// lists their columns.
     struct Rows {
-        private let loadDevice, insertDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans, limitedHolds_: BulkStatement
+        private let loadDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans, limitedHolds_: BulkStatement
+        private let insertDevice, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadDevice = try BulkStatement(cached: db, """
@@ -141,11 +142,11 @@ enum DevicesProjection: Projection {
                     last_login_tracking, logout_since_login
                 FROM \(t.devices) WHERE app_id = ? AND device_id = ?
                 """)
-            insertDevice = try BulkStatement(cached: db, """
-                INSERT INTO \(t.devices) (mode, asid, first_at, first_event, last_at, last_event,
-                    logins, logouts, anomalies, last_login_tracking, logout_since_login, app_id, device_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            insertDevice = try BulkInsert(cached: db, into: t.devices, """
+                app_id, device_id, mode, asid, first_at, first_event, last_at, last_event,
+                    logins, logouts, anomalies, last_login_tracking, logout_since_login
                 """)
+            insertSpan = try BulkInsert(cached: db, into: t.spans, "app_id, device_id, from_at, from_event, to_at, to_event, asid")
             updateDevice = try BulkStatement(cached: db, """
                 UPDATE \(t.devices) SET mode = ?, asid = ?, first_at = ?, first_event = ?, last_at = ?, last_event = ?,
                     logins = ?, logouts = ?, anomalies = ?, last_login_tracking = ?, logout_since_login = ?
@@ -190,8 +191,13 @@ enum DevicesProjection: Projection {
         /// Writes a folded device (inserted when there is no `stored` state) and its changed spans.
         func write(_ app: String, _ device: String, _ fold: Fold, stored: DeviceState?) throws {
             let s = fold.state
-            let keepsASID = stored.map { $0.asid.sameBytes(as: s.asid) } ?? false
-            try (stored == nil ? insertDevice : keepsASID ? updateDeviceSameASID : updateDevice).run {
+            guard let stored else {
+                try insertDevice.insert { Self.bind(app, device, s, &$0) }
+                for span in fold.changedSpans { try upsertSpan.run { Self.bind(app, device, span, &$0) } }
+                return
+            }
+            let keepsASID = stored.asid.sameBytes(as: s.asid)
+            try (keepsASID ? updateDeviceSameASID : updateDevice).run {
                 $0.add(s.mode.rawValue)
                 if !keepsASID { $0.add(s.asid) }
                 $0.add(s.first!.at); $0.add(s.first!.eventID); $0.add(s.last!.at); $0.add(s.last!.eventID)
@@ -199,12 +205,27 @@ enum DevicesProjection: Projection {
                 $0.add(s.lastLoginTracking?.rawValue); $0.add(s.logoutSinceLastLogin)
                 $0.add(app); $0.add(device)
             }
-            for span in fold.changedSpans {
-                try upsertSpan.run {
-                    $0.add(app); $0.add(device); $0.add(span.from.at); $0.add(span.from.eventID)
-                    $0.add(span.to?.at); $0.add(span.to?.eventID); $0.add(span.asid)
-                }
-            }
+            for span in fold.changedSpans { try upsertSpan.run { Self.bind(app, device, span, &$0) } }
+        }
+
+        /// Inserts a bulk build's folded devices, in key order, into empty tables.
+        func insert(_ devices: [FoldedDevice]) throws {
+            try insertDevice.insert(devices) { device, binder in Self.bind(device.app, device.device, device.fold.state, &binder) }
+            let spans = devices.lazy.flatMap { device in device.fold.changedSpans.lazy.map { (device.app, device.device, $0) } }
+            try insertSpan.insert(Array(spans)) { span, binder in Self.bind(span.0, span.1, span.2, &binder) }
+        }
+
+        private static func bind(_ app: String, _ device: String, _ s: DeviceState, _ binder: inout BulkStatement.Binder) {
+            binder.add(app); binder.add(device)
+            binder.add(s.mode.rawValue); binder.add(s.asid)
+            binder.add(s.first!.at); binder.add(s.first!.eventID); binder.add(s.last!.at); binder.add(s.last!.eventID)
+            binder.add(s.logins); binder.add(s.logouts); binder.add(s.anomalies)
+            binder.add(s.lastLoginTracking?.rawValue); binder.add(s.logoutSinceLastLogin)
+        }
+
+        private static func bind(_ app: String, _ device: String, _ span: LimitedSpan, _ binder: inout BulkStatement.Binder) {
+            binder.add(app); binder.add(device); binder.add(span.from.at); binder.add(span.from.eventID)
+            binder.add(span.to?.at); binder.add(span.to?.eventID); binder.add(span.asid)
         }
 
         func deleteSpans(_ app: String, _ device: String) throws {

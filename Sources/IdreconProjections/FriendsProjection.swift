@@ -146,15 +146,18 @@ enum FriendsProjection: Projection {
         spill: BulkSpill?
     ) throws {
         let rows = try Rows(db, t)
+        let sorted = snapshots.sorted(by: { $0.asid < $1.asid })
+        try rows.insertSnapshots(sorted)
         var edges: [Edge: Sides] = [:]
-        for (asid, snapshot) in snapshots.sorted(by: { $0.asid < $1.asid }) {
-            try rows.write(asid, snapshot, stored: false)
+        for (asid, snapshot) in sorted {
             for friend in snapshot.effective {
                 if let spill { try spill.add(edge: Edge(asid, friend), from: asid) } else { set(&edges, from: asid, to: friend, true) }
             }
             try writeIfFull(&edges, rows)
         }
-        try write(edges: edges, mentions: mentions, rows)
+        try write(edges: edges, mentions: [:], rows)
+        // No other partition mentions these ASIDs (`ProjectionBuilder.SpilledFacts` routes them).
+        try rows.insertMentions(mentions.sorted(by: { $0.key < $1.key }))
     }
 
     /// The edges of a replay with several partitions, each spilled to the partition that
@@ -178,8 +181,12 @@ enum FriendsProjection: Projection {
             }
         }
 
-        /// Edge sides ready to be written, each edge once, in key order.
-        typealias Batch = [(key: Edge, value: Sides)]
+        /// Edge sides ready to be written, each edge once, in key order; `merges` when an
+        /// earlier batch of the same partition may have written some of them.
+        struct Batch {
+            var edges: [(key: Edge, value: Sides)]
+            var merges: Bool
+        }
 
         /// Reads the partitions' edges (the sides merged) in partition order, deleting their
         /// files, and sends them in batches of at most `edgeBatch`; the batches of one
@@ -187,9 +194,11 @@ enum FriendsProjection: Projection {
         func read(_ send: (Batch) throws -> Void) throws {
             for partition in edges.indices {
                 var edgeSides: [Edge: Sides] = [:]
+                var merges = false
                 func flush() throws {
-                    try send(edgeSides.sorted { $0.key < $1.key })
+                    try send(Batch(edges: edgeSides.sorted { $0.key < $1.key }, merges: merges))
                     edgeSides.removeAll(keepingCapacity: true)
+                    merges = true
                 }
                 try edges[partition]?.forEach { row in
                     mark(&edgeSides, Edge(row.string(), row.string()), byA: row.byte() == 1, true)
@@ -202,7 +211,11 @@ enum FriendsProjection: Projection {
 
         static func write(_ batch: Batch, _ db: Database, _ t: ProjectionTables) throws {
             let rows = try Rows(db, t)
-            for (edge, sides) in batch { try rows.setSides(edge, sides) }
+            if batch.merges {
+                for (edge, sides) in batch.edges { try rows.setSides(edge, sides) }
+            } else {
+                try rows.insertEdges(batch.edges)
+            }
         }
     }
 
@@ -210,15 +223,16 @@ enum FriendsProjection: Projection {
 
     /// Binding and decoding of `friend_snapshots`, `friend_edges` and `friend_mentions` rows.
     struct Rows {
-        private let loadSnapshot, insertSnapshot, updateSnapshot, setSides_, unnameEdge_, dropEdge_, mention_, isMentioned_: BulkStatement
+        private let loadSnapshot, updateSnapshot, setSides_, unnameEdge_, dropEdge_, mention_, isMentioned_: BulkStatement
+        private let insertSnapshot, insertEdge, insertMention: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadSnapshot = try BulkStatement(cached: db, """
                 SELECT listed_at, listed_event, friends, declined_at, declined_event FROM \(t.snapshots) WHERE asid = ?
                 """)
-            insertSnapshot = try BulkStatement(cached: db, """
-                INSERT INTO \(t.snapshots) (listed_at, listed_event, friends, declined_at, declined_event, asid) VALUES (?, ?, ?, ?, ?, ?)
-                """)
+            insertSnapshot = try BulkInsert(cached: db, into: t.snapshots, "asid, listed_at, listed_event, friends, declined_at, declined_event")
+            insertEdge = try BulkInsert(cached: db, into: t.edges, "a, b, by_a, by_b")
+            insertMention = try BulkInsert(cached: db, into: t.mentions, "asid, first_at, first_event")
             updateSnapshot = try BulkStatement(cached: db, """
                 UPDATE \(t.snapshots) SET listed_at = ?, listed_event = ?, friends = ?, declined_at = ?, declined_event = ? WHERE asid = ?
                 """)
@@ -258,9 +272,35 @@ enum FriendsProjection: Projection {
         }
 
         func write(_ asid: String, _ s: FriendSnapshot, stored: Bool) throws {
-            try (stored ? updateSnapshot : insertSnapshot).run {
+            guard stored else { return try insertSnapshots(CollectionOfOne((asid, s))) }
+            try updateSnapshot.run {
                 $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
                 $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID); $0.add(asid)
+            }
+        }
+
+        func insertSnapshots<C: Collection<(asid: String, snapshot: FriendSnapshot)>>(_ snapshots: C) throws {
+            try insertSnapshot.insert(snapshots) { row, binder in
+                let s = row.snapshot
+                binder.add(row.asid)
+                binder.add(s.listedAt?.at); binder.add(s.listedAt?.eventID); binder.add(s.friends.joined(separator: ","))
+                binder.add(s.declinedAt?.at); binder.add(s.declinedAt?.eventID)
+            }
+        }
+
+        /// Inserts a bulk build's edges (each named by at least one side), in key order, into
+        /// a range of the table that holds none of them.
+        func insertEdges(_ edges: [(key: Edge, value: Sides)]) throws {
+            try insertEdge.insert(edges) { edge, binder in
+                binder.add(edge.key.a); binder.add(edge.key.b)
+                binder.add(edge.value.byA == true); binder.add(edge.value.byB == true)
+            }
+        }
+
+        /// Inserts a bulk build's mentions, in key order, of ASIDs none of whose mentions are stored.
+        func insertMentions(_ mentions: [(key: String, value: EventKey)]) throws {
+            try insertMention.insert(mentions) { mention, binder in
+                binder.add(mention.key); binder.add(mention.value.at); binder.add(mention.value.eventID)
             }
         }
 

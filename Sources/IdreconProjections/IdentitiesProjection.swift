@@ -154,12 +154,10 @@ enum IdentitiesProjection: Projection {
     static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
         let rows = try Rows(db, t)
         let sorted = folds.sorted { $0.asid < $1.asid }
-        for (asid, fold) in sorted { try rows.insertASID(asid, firstLogin: fold.firstLogin) }
-        for (asid, fold) in sorted {
-            for (key, first) in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
-                try rows.insertLink(asid, key, first: first)
-            }
-        }
+        try rows.insertASIDs(sorted.lazy.map { ($0.asid, $0.fold.firstLogin) })
+        try rows.insertLinks(sorted.flatMap { asid, fold in
+            fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }).map { (asid, $0.key, $0.first) }
+        })
     }
 
     /// After a bulk load (and its secondary indexes): counts the link keys and assigns every
@@ -167,12 +165,13 @@ enum IdentitiesProjection: Projection {
     /// unambiguous key).
     static func finishBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws {
         let blocked = Set(config.blockedKeys)
-        let insertKey = try BulkStatement(db, "INSERT INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
+        var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
         try BulkStatement(db, "SELECT key, count(*) FROM \(t.asidKeys) GROUP BY key ORDER BY key").each { row in
-            let key = row.string(0), count = row.int(1)
-            let ambiguity = config.ambiguity(key: key, asids: Int(count), blocked: blocked)
-            try insertKey.run { $0.add(key); $0.add(count); $0.add(Int64(ambiguity?.rawValue ?? 0)) }
+            let key = row.string(0), count = Int(row.int(1))
+            keys.append((key, count, config.ambiguity(key: key, asids: count, blocked: blocked)))
         }
+        try Rows(db, t).insertLinkKeys(keys)
+        keys = []
         var index: [String: Int32] = [:]
         var names: [String] = []
         var components = IdentityRules.Components()
@@ -220,15 +219,17 @@ enum IdentitiesProjection: Projection {
 
     /// Binding and decoding of `asids`, `asid_keys` and `link_keys` rows.
     struct Rows {
-        private let loadMember, insertMember, moveFirst, loadLink, insertLink_, moveLink_, loadKey, saveKey, asidsOfKey,
+        private let loadMember, moveFirst, loadLink, moveLink_, loadKey, saveKey, asidsOfKey,
             keysOfASID, allKeysOfASID, loadIdentity, setUser_: BulkStatement
+        private let insertMember, insertLink_, insertKey: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
             loadMember = try BulkStatement(cached: db, "SELECT first_login_at, first_login_event FROM \(t.asids) WHERE asid = ?")
-            insertMember = try BulkStatement(cached: db, "INSERT INTO \(t.asids) (asid, first_login_at, first_login_event, user_id) VALUES (?, ?, ?, ?)")
+            insertMember = try BulkInsert(cached: db, into: t.asids, "asid, first_login_at, first_login_event, user_id")
             moveFirst = try BulkStatement(cached: db, "UPDATE \(t.asids) SET first_login_at = ?, first_login_event = ? WHERE asid = ?")
             loadLink = try BulkStatement(cached: db, "SELECT first_at, first_event FROM \(t.asidKeys) WHERE asid = ? AND key = ?")
-            insertLink_ = try BulkStatement(cached: db, "INSERT INTO \(t.asidKeys) (asid, key, first_at, first_event) VALUES (?, ?, ?, ?)")
+            insertLink_ = try BulkInsert(cached: db, into: t.asidKeys, "asid, key, first_at, first_event")
+            insertKey = try BulkInsert(cached: db, into: t.linkKeys, "key, asids, ambiguous")
             moveLink_ = try BulkStatement(cached: db, "UPDATE \(t.asidKeys) SET first_at = ?, first_event = ? WHERE asid = ? AND key = ?")
             loadKey = try BulkStatement(cached: db, "SELECT asids, ambiguous FROM \(t.linkKeys) WHERE key = ?")
             saveKey = try BulkStatement(cached: db, "INSERT OR REPLACE INTO \(t.linkKeys) (key, asids, ambiguous) VALUES (?, ?, ?)")
@@ -250,7 +251,15 @@ enum IdentitiesProjection: Projection {
         }
 
         func insertASID(_ asid: String, firstLogin: EventKey) throws {
-            try insertMember.run { $0.add(asid); $0.add(firstLogin.at); $0.add(firstLogin.eventID); $0.add("u:" + asid) }
+            try insertASIDs(CollectionOfOne((asid, firstLogin)))
+        }
+
+        /// Inserts new ASIDs, each its own identity until linked.
+        func insertASIDs<C: Collection<(String, EventKey)>>(_ asids: C) throws {
+            try insertMember.insert(asids) { member, binder in
+                let (asid, first) = member
+                binder.add(asid); binder.add(first.at); binder.add(first.eventID); binder.add("u:" + asid)
+            }
         }
 
         func moveFirstLogin(_ asid: String, to first: EventKey) throws {
@@ -264,7 +273,20 @@ enum IdentitiesProjection: Projection {
         }
 
         func insertLink(_ asid: String, _ key: String, first: EventKey) throws {
-            try insertLink_.run { $0.add(asid); $0.add(key); $0.add(first.at); $0.add(first.eventID) }
+            try insertLinks(CollectionOfOne((asid, key, first)))
+        }
+
+        func insertLinks<C: Collection<(String, String, EventKey)>>(_ links: C) throws {
+            try insertLink_.insert(links) { link, binder in
+                binder.add(link.0); binder.add(link.1); binder.add(link.2.at); binder.add(link.2.eventID)
+            }
+        }
+
+        /// Inserts a bulk build's link keys, in key order, into an empty table.
+        func insertLinkKeys(_ keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)]) throws {
+            try insertKey.insert(keys) { key, binder in
+                binder.add(key.key); binder.add(key.asids); binder.add(key.ambiguity?.rawValue ?? 0)
+            }
         }
 
         func moveLink(_ asid: String, _ key: String, to first: EventKey) throws {

@@ -164,8 +164,7 @@ package struct ProjectionBuilder {
             try FriendsProjection.writeBulk(snapshots: takeAll(&output.snapshots), mentions: output.mentions, db, tables, spill: friends)
             output.mentions = [:]
             (output.devices, events) = try devices()
-            let rows = try DevicesProjection.Rows(db, tables)
-            for device in output.devices { try rows.write(device.app, device.device, device.fold, stored: nil) }
+            try DevicesProjection.Rows(db, tables).insert(output.devices)
         }
         return Int64(events)
     }
