@@ -48,7 +48,7 @@ package struct ProjectionBuilder {
         // Made first: whatever this throws, releasing them tells the sink the scan failed.
         let collectors = keys.map { (LogKeys.Collector($0), LogKeys.Collector($0)) }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
-        let partitions = Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up)))
+        let partitions = KeyRanges.partitions(shares: Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up))))
         let middle = lastSeq / 2
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         guard partitions > 1 else {
