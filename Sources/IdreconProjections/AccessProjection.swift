@@ -225,7 +225,8 @@ enum AccessProjection: Projection {
 
         /// Inserts a bulk build's folds (of ASIDs with nothing stored), in key order, into empty tables.
         func insert(_ folds: [(asid: String, fold: Fold)]) throws {
-            try insertLast.insert(folds.filter { $0.fold.last != nil }) { fold, binder in Self.bind(fold.asid, fold.fold.last!, &binder) }
+            let lasts = folds.compactMap { fold in fold.fold.last.map { (fold.asid, $0) } }
+            try insertLast.insert(lasts) { last, binder in Self.bind(last.0, last.1, &binder) }
             let spans = folds.lazy.flatMap { fold in fold.fold.spans.lazy.map { (fold.asid, $0) } }
             try insertSpan.insert(Array(spans)) { span, binder in Self.bind(span.0, span.1, &binder) }
         }

@@ -22,8 +22,9 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     /// per 4,096 pages).
     static let writerCheckpointBytes = 256 << 20
 
-    /// `writerCheckpointBytes` in the database's pages.
-    private let writerCheckpointPages: Int32
+    /// `writerCheckpointBytes`, and SQLite's own interval (`walAutocheckpointBytes`), in the
+    /// database's pages.
+    private let writerCheckpointPages, autocheckpointPages: Int32
 
     private let store: EventStore
     private let connection: DatabaseQueue
@@ -38,7 +39,9 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
         var config = EventStore.configuration(readOnly: false)
         config.label = "idrecon.checkpoints"
         connection = try DatabaseQueue(path: store.path, configuration: config)
-        writerCheckpointPages = try connection.read { db in try EventStore.pages(Self.writerCheckpointBytes, db) }
+        (writerCheckpointPages, autocheckpointPages) = try connection.read { db in
+            (try EventStore.pages(Self.writerCheckpointBytes, db), try EventStore.pages(EventStore.walAutocheckpointBytes, db))
+        }
         // Lowered, the queue takes the background QoS, whose GCD threads are its own (as the
         // writer's): a lowered thread of the shared pool would later run the API's handlers.
         queue = DispatchQueue(label: "idrecon.checkpoints", qos: lowered == nil ? .utility : .background)
@@ -110,8 +113,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     /// `now` checkpoints what the background has not yet.
     private func writerCheckpointsItself(now: Bool) {
         store.pool.writeWithoutTransaction { db in
-            let pages = (try? EventStore.pages(EventStore.walAutocheckpointBytes, db)) ?? 8192
-            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, pages)
+            _ = sqlite3_wal_autocheckpoint(db.sqliteConnection, autocheckpointPages)
             if now { _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
         }
     }
