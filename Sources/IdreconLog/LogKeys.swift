@@ -100,7 +100,8 @@ extension LogKeys {
         func insert(_ db: Database) throws {
             func insert(_ keys: [Key], _ table: String, _ columns: String) throws {
                 guard !keys.isEmpty else { return }
-                try BulkInsert(cached: db, into: table, columns, checked: false).insert(keys) { key, binder in
+                try BulkInsert(cached: db, into: table, columns, checked: false).insert(count: keys.count) { i, binder in
+                    let key = keys[i]
                     binder.add(key.tier)
                     binder.add(key.key)
                     binder.add(key.seq)

@@ -220,15 +220,15 @@ enum AccessProjection: Projection {
             if let closed = fold.closedStored {
                 try closeSpan.run { $0.add(closed.to.at); $0.add(closed.to.eventID); $0.add(asid); $0.add(closed.from.at); $0.add(closed.from.eventID) }
             }
-            try insertSpan.insert(fold.spans) { span, binder in Self.bind(asid, span, &binder) }
+            try insertSpan.insert(count: fold.spans.count) { i, binder in Self.bind(asid, fold.spans[i], &binder) }
         }
 
         /// Inserts a bulk build's folds (of ASIDs with nothing stored), in key order, into empty tables.
         func insert(_ folds: [(asid: String, fold: Fold)]) throws {
             let lasts = folds.compactMap { fold in fold.fold.last.map { (fold.asid, $0) } }
-            try insertLast.insert(lasts) { last, binder in Self.bind(last.0, last.1, &binder) }
-            let spans = folds.lazy.flatMap { fold in fold.fold.spans.lazy.map { (fold.asid, $0) } }
-            try insertSpan.insert(Array(spans)) { span, binder in Self.bind(span.0, span.1, &binder) }
+            try insertLast.insert(count: lasts.count) { i, binder in Self.bind(lasts[i].0, lasts[i].1, &binder) }
+            let spans = Array(folds.lazy.flatMap { fold in fold.fold.spans.lazy.map { (fold.asid, $0) } })
+            try insertSpan.insert(count: spans.count) { i, binder in Self.bind(spans[i].0, spans[i].1, &binder) }
         }
 
         private static func bind(_ asid: String, _ last: (key: EventKey, limited: Bool), _ binder: inout BulkStatement.Binder) {

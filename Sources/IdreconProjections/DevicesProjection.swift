@@ -210,9 +210,11 @@ enum DevicesProjection: Projection {
 
         /// Inserts a bulk build's folded devices, in key order, into empty tables.
         func insert(_ devices: [FoldedDevice]) throws {
-            try insertDevice.insert(devices) { device, binder in Self.bind(device.app, device.device, device.fold.state, &binder) }
-            let spans = devices.lazy.flatMap { device in device.fold.changedSpans.lazy.map { (device.app, device.device, $0) } }
-            try insertSpan.insert(Array(spans)) { span, binder in Self.bind(span.0, span.1, span.2, &binder) }
+            try insertDevice.insert(count: devices.count) { i, binder in
+                Self.bind(devices[i].app, devices[i].device, devices[i].fold.state, &binder)
+            }
+            let spans = Array(devices.lazy.flatMap { device in device.fold.changedSpans.lazy.map { (device.app, device.device, $0) } })
+            try insertSpan.insert(count: spans.count) { i, binder in Self.bind(spans[i].0, spans[i].1, spans[i].2, &binder) }
         }
 
         private static func bind(_ app: String, _ device: String, _ s: DeviceState, _ binder: inout BulkStatement.Binder) {

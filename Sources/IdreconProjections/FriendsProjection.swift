@@ -279,9 +279,10 @@ enum FriendsProjection: Projection {
             }
         }
 
-        func insertSnapshots<C: Collection<(asid: String, snapshot: FriendSnapshot)>>(_ snapshots: C) throws {
-            try insertSnapshot.insert(snapshots) { row, binder in
-                let s = row.snapshot
+        func insertSnapshots<C: RandomAccessCollection<(asid: String, snapshot: FriendSnapshot)>>(_ snapshots: C) throws
+        where C.Index == Int {
+            try insertSnapshot.insert(count: snapshots.count) { i, binder in
+                let row = snapshots[snapshots.startIndex + i], s = row.snapshot
                 binder.add(row.asid)
                 binder.add(s.listedAt?.at); binder.add(s.listedAt?.eventID); binder.add(s.friends.joined(separator: ","))
                 binder.add(s.declinedAt?.at); binder.add(s.declinedAt?.eventID)
@@ -291,7 +292,8 @@ enum FriendsProjection: Projection {
         /// Inserts a bulk build's edges (each named by at least one side), in key order, into
         /// a range of the table that holds none of them.
         func insertEdges(_ edges: [(key: Edge, value: Sides)]) throws {
-            try insertEdge.insert(edges) { edge, binder in
+            try insertEdge.insert(count: edges.count) { i, binder in
+                let edge = edges[i]
                 binder.add(edge.key.a); binder.add(edge.key.b)
                 binder.add(edge.value.byA == true); binder.add(edge.value.byB == true)
             }
@@ -299,7 +301,8 @@ enum FriendsProjection: Projection {
 
         /// Inserts a bulk build's mentions, in key order, of ASIDs none of whose mentions are stored.
         func insertMentions(_ mentions: [(key: String, value: EventKey)]) throws {
-            try insertMention.insert(mentions) { mention, binder in
+            try insertMention.insert(count: mentions.count) { i, binder in
+                let mention = mentions[i]
                 binder.add(mention.key); binder.add(mention.value.at); binder.add(mention.value.eventID)
             }
         }

@@ -255,9 +255,9 @@ enum IdentitiesProjection: Projection {
         }
 
         /// Inserts new ASIDs, each its own identity until linked.
-        func insertASIDs<C: Collection<(String, EventKey)>>(_ asids: C) throws {
-            try insertMember.insert(asids) { member, binder in
-                let (asid, first) = member
+        func insertASIDs<C: RandomAccessCollection<(String, EventKey)>>(_ asids: C) throws where C.Index == Int {
+            try insertMember.insert(count: asids.count) { i, binder in
+                let (asid, first) = asids[asids.startIndex + i]
                 binder.add(asid); binder.add(first.at); binder.add(first.eventID); binder.add("u:" + asid)
             }
         }
@@ -276,15 +276,17 @@ enum IdentitiesProjection: Projection {
             try insertLinks(CollectionOfOne((asid, key, first)))
         }
 
-        func insertLinks<C: Collection<(String, String, EventKey)>>(_ links: C) throws {
-            try insertLink_.insert(links) { link, binder in
+        func insertLinks<C: RandomAccessCollection<(String, String, EventKey)>>(_ links: C) throws where C.Index == Int {
+            try insertLink_.insert(count: links.count) { i, binder in
+                let link = links[links.startIndex + i]
                 binder.add(link.0); binder.add(link.1); binder.add(link.2.at); binder.add(link.2.eventID)
             }
         }
 
         /// Inserts a bulk build's link keys, in key order, into an empty table.
         func insertLinkKeys(_ keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)]) throws {
-            try insertKey.insert(keys) { key, binder in
+            try insertKey.insert(count: keys.count) { i, binder in
+                let key = keys[i]
                 binder.add(key.key); binder.add(key.asids); binder.add(key.ambiguity?.rawValue ?? 0)
             }
         }
