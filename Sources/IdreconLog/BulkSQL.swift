@@ -148,6 +148,13 @@ package struct BulkStatement {
 
         package func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
 
+        /// The bytes of a text column, nil when NULL: valid until the statement steps again or the
+        /// column is read as another type (no `String` is made of them).
+        package func text(_ column: Int32) -> UnsafeBufferPointer<UInt8>? {
+            guard let text = sqlite3_column_text(handle, column) else { return nil }
+            return UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column)))
+        }
+
         package var columnCount: Int32 { sqlite3_column_count(handle) }
 
         /// `value` in decimal, as `String(value)` spells it.

@@ -214,8 +214,12 @@ extension LogKeys {
         private static let tierSize = 1 << LogKeys.tierShift
 
         package func add(_ event: LoggedEvent) {
-            guard event.seq > sink.after else { return }
-            let tier = LogKeys.tier(event.seq)
+            add(seq: event.seq, deviceKey: event.deviceKey, type: event.type, asidKey: event.asidKey)
+        }
+
+        package func add(seq: Int64, deviceKey: Int64, type: EventType, asidKey: Int64?) {
+            guard seq > sink.after else { return }
+            let tier = LogKeys.tier(seq)
             if tier != self.tier {
                 send()
                 self.tier = tier
@@ -224,7 +228,7 @@ extension LogKeys {
                 run.devices.reserveCapacity(Self.tierSize)
                 run.logins.reserveCapacity(Self.tierSize)
             }
-            run.add(seq: event.seq, deviceKey: event.deviceKey, type: event.type, asidKey: event.asidKey)
+            run.add(seq: seq, deviceKey: deviceKey, type: type, asidKey: asidKey)
         }
 
         /// Sends the last tier's keys: the scanner read all it was given.

@@ -12,6 +12,9 @@ struct KeyRanges: Sendable {
     /// The first key of each partition but the first, ascending.
     private let devices: [ByteTextPair]
     private let asids: [ByteText]
+    /// The same keys' bytes, for the scan's lookups by bytes.
+    private let deviceBytes: [(app: [UInt8], device: [UInt8])]
+    private let asidBytes: [[UInt8]]
 
     /// Events and entities sampled per partition: enough to keep partitions within a few
     /// percent of each other, few enough to cost milliseconds.
@@ -43,6 +46,8 @@ struct KeyRanges: Sendable {
         let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
         devices = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
         asids = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions)
+        deviceBytes = devices.map { (Array($0.first.text.utf8), Array($0.second.text.utf8)) }
+        asidBytes = asids.map { Array($0.text.utf8) }
     }
 
     /// Calls `body` with `columns` of the first event at or after each of `count` sequence
@@ -89,6 +94,31 @@ struct KeyRanges: Sendable {
             if running >= total * (Double(result.count) + 0.5) / shares { result.append(key) }
         }
         return result
+    }
+
+    /// The partition of a device, by the bytes of its IDs.
+    func partition(app: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>) -> Int {
+        var low = 0, high = deviceBytes.count
+        while low < high {
+            let middle = (low + high) / 2
+            let (bound, x) = (deviceBytes[middle], app)
+            let atOrBelow = bound.app.withUnsafeBufferPointer { a in
+                if !String.sameBytes(a, x) { return String.bytesPrecede(a, x) }
+                return bound.device.withUnsafeBufferPointer { d in !String.bytesPrecede(device, d) }
+            }
+            if atOrBelow { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    /// The partition of an ASID, by its bytes.
+    func partition(asid: UnsafeBufferPointer<UInt8>) -> Int {
+        var low = 0, high = asidBytes.count
+        while low < high {
+            let middle = (low + high) / 2
+            if asidBytes[middle].withUnsafeBufferPointer({ !String.bytesPrecede(asid, $0) }) { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 
     /// The partition of a device.

@@ -306,15 +306,80 @@ package struct ProjectionBuilder {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
-            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { row in
+            let spill = Spill(ranges: ranges, devices: devices, logins: logins, mentions: mentions)
+            try BulkStatement(db, """
+                SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
+                """).each { row in
+                if try !spill.add(row, keys: keys) {
+                    // Text that is not valid UTF-8 is spilled as `LoggedEvent` repairs it.
+                    let event = LoggedEvent(row)
+                    keys?.add(event)
+                    try spill.add(ProjectionBuilder.deviceRow(event))
+                    if let login = ProjectionBuilder.loginRow(event) { try spill.add(login) }
+                }
+            }
+            keys?.finish()
+            (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
+            (self.ranges, self.directory) = (ranges, directory)
+        }
+
+        /// Writes scanned events to the partitions' files: from the bytes SQLite returns (`add(_:keys:)`),
+        /// or from decoded rows. Both write the same records (`DeviceEvents.spill`, `takeLogins`).
+        /// By bytes, the scan makes no `String` of a row's texts: decoding each row as a
+        /// `LoggedEvent` and its texts as `String`s was about half of the scan's CPU.
+        private struct Spill {
+            let ranges: KeyRanges
+            let devices: [SpillFile], logins: [SpillFile], mentions: [SpillFile]
+
+            /// Spills a row of `LoggedEvent.selectColumns` and hands its keys to `keys`; false
+            /// (nothing written) when one of its texts is not valid UTF-8.
+            func add(_ row: BulkStatement.Reader, keys: LogKeys.Collector?) throws -> Bool {
+                guard let eventID = row.text(1), let app = row.text(3), let device = row.text(4), let typeText = row.text(5)
+                else { return false }
+                let tracking = row.text(6), asid = row.text(7), email = row.text(10), tfb = row.text(11), friends = row.text(12)
+                for text in [eventID, app, device, typeText] where !JSONParser.isUTF8(text) { return false }
+                for case let text? in [tracking, asid, email, tfb, friends] where !JSONParser.isUTF8(text) { return false }
+                let seq = row.int(0), at = row.int(2)
+                let type: EventType = typeText.elementsEqual(Self.logout) ? .logout : .login
+                let code: UInt8 = tracking.map { $0.elementsEqual(Self.limited) ? 2 : $0.elementsEqual(Self.enabled) ? 1 : 0 } ?? 0
+                let asidKey: Int64? = row.isNull(9) ? nil : row.int(9)
+                keys?.add(seq: seq, deviceKey: row.int(8), type: type, asidKey: asidKey)
+                try devices[ranges.partition(app: app, device: device)].append { out in
+                    out.add(at); out.add(UInt8(type == .login ? 1 : 0)); out.add(code)
+                    out.add(text: app); out.add(text: device); out.add(text: eventID); out.add(optionalText: asid)
+                }
+                guard type == .login, let asid, asidKey != nil else { return true }
+                let limited = code == 2, declines = row.int(13) == 1
+                let own = ranges.partition(asid: asid)
+                try logins[own].append { out in
+                    out.add(text: asid); out.add(at); out.add(text: eventID); out.add(optionalText: email); out.add(optionalText: tfb)
+                    out.add(optionalText: friends); out.add(UInt8(declines ? 1 : 0)); out.add(UInt8(limited ? 1 : 0))
+                    if limited { out.add(text: app); out.add(text: device) }
+                }
+                guard let friends else { return true }
+                var start = 0
+                for i in 0...friends.count where i == friends.count || friends[i] == LoggedEvent.friendSeparator {
+                    defer { start = i + 1 }
+                    guard i > start else { continue }
+                    let friend = UnsafeBufferPointer(rebasing: friends[start..<i])
+                    let partition = ranges.partition(asid: friend)
+                    guard partition != own else { continue }
+                    try mentions[partition].append { out in out.add(text: friend); out.add(at); out.add(text: eventID) }
+                }
+                return true
+            }
+
+            func add(_ row: DeviceRow) throws {
                 try devices[ranges.partition(app: row.app, device: row.device)].append { out in DeviceEvents.spill(row, &out) }
-            }, login: { login in
-                try logins[ranges.partition(asid: login.asid)].append { out in
+            }
+
+            func add(_ login: LoginRow) throws {
+                let own = ranges.partition(asid: login.asid)
+                try logins[own].append { out in
                     out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
                     out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
                     if login.limited { out.add(login.app); out.add(login.device) }
                 }
-                let own = ranges.partition(asid: login.asid)
                 for friend in login.friends.map(StoredFriendList.split) ?? [] {
                     let partition = ranges.partition(asid: friend)
                     guard partition != own else { continue }
@@ -322,9 +387,9 @@ package struct ProjectionBuilder {
                         out.add(friend); out.add(login.key.at); out.add(login.key.eventID)
                     }
                 }
-            })
-            (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
-            (self.ranges, self.directory) = (ranges, directory)
+            }
+
+            private static let logout = Array("logout".utf8), limited = Array("limited".utf8), enabled = Array("enabled".utf8)
         }
 
         /// The spilled device events of `partition`; deletes their file.
@@ -367,14 +432,24 @@ package struct ProjectionBuilder {
             """).each { row in
             let event = LoggedEvent(row)
             collector?.add(event)
-            try device(DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact))
-            guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
-            let limited = event.tracking == .limited
-            try login(LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
-                               device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
-                               friends: event.friends, declinesFriends: event.declinesFriends))
+            try device(deviceRow(event))
+            if let row = loginRow(event) { try login(row) }
         }
         collector?.finish()
+    }
+
+    /// An event as a device sees it.
+    static func deviceRow(_ event: LoggedEvent) -> DeviceRow {
+        DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact)
+    }
+
+    /// A login as its ASID sees it; nil for a logout (or a login without an ASID).
+    static func loginRow(_ event: LoggedEvent) -> LoginRow? {
+        guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return nil }
+        let limited = event.tracking == .limited
+        return LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
+                        device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
+                        friends: event.friends, declinesFriends: event.declinesFriends)
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {

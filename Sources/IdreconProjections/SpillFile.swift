@@ -114,6 +114,15 @@ enum SpillRecord {
         mutating func add(_ value: String?) {
             if let value { add(UInt8(1)); add(value) } else { add(UInt8(0)) }
         }
+        /// A text as `add(_: String)` writes it, from its UTF-8 bytes.
+        mutating func add(text: UnsafeBufferPointer<UInt8>) {
+            withUnsafeBytes(of: UInt32(text.count).littleEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: text)
+        }
+        /// An optional text as `add(_: String?)` writes it.
+        mutating func add(optionalText text: UnsafeBufferPointer<UInt8>?) {
+            if let text { add(UInt8(1)); add(text: text) } else { add(UInt8(0)) }
+        }
     }
 
     struct Reader {
