@@ -125,13 +125,18 @@ extension EventStore {
 
         // Loading and finishing are single-threaded SQLite writes: the other core digests
         // the live projections as the snapshot saw them, then the rebuilt tables `finish`
-        // leaves alone. The snapshot is released as soon as it is digested (its read
-        // transaction would keep the WAL from being checkpointed).
-        let held = Handoff(snapshots!.0)
+        // leaves alone. The snapshot is released as soon as it is digested, or at once when
+        // nothing is compared: its read transaction would keep the WAL from being checkpointed.
+        let held = comparing ? Handoff(snapshots!.0) : nil
         snapshots = nil
-        let liveDigests = comparing
-            ? Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation, registry: self.projections)) } }
-            : nil
+        let liveDigests = held.map { held in
+            Background { try held.take().read { db in try ProjectionTables.digests(db, tables: ProjectionTables(generation: seen.generation, registry: self.projections)) } }
+        }
+        // The rebuilt tables are checkpointed beside the writer as they are loaded: the one
+        // writer checkpointing itself, or the connection's close copying all of them at the end
+        // of an `ingest`, was time on the build's critical path while the other core had some.
+        let checkpoints = checkpointInBackground()
+        defer { checkpoints?.stop() }
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
         let liveAtSnapshot = try liveDigests?.result().get() ?? [:]
         let (_, loaded) = try concurrently(
