@@ -104,6 +104,28 @@ import Testing
     }
 }
 
+@Suite struct SpilledScanTests {
+    /// Texts that are not valid UTF-8 (written by another program) are folded as the decoded
+    /// scan repairs them: a replay in many partitions (its scan spills from SQLite's bytes) equals
+    /// a replay in one partition (its scan decodes every row).
+    @Test func invalidUTF8IsSpilledAsTheDecodedScanReadsIt() throws {
+        var s = try Stream()
+        try s.ingest((0..<120).map { i in
+            Stream.login("ev-1-\(i)", day: 1 + Double(i) / 100, device: "d\(i % 20)", asid: "\(1000 + i % 30)", limited: i % 3 == 0,
+                         extra: i % 3 == 0 ? [:] : ["friend_asids": ["\(1000 + (i + 1) % 30)", "\(2000 + i)"],
+                                                    "granted_permissions": ["public_profile", "user_friends"]])
+        }, batchSize: 40)
+        try s.store.write { db in
+            try db.execute(sql: "UPDATE events SET device_id = CAST(X'64FF' AS TEXT) WHERE seq % 7 = 0")
+            try db.execute(sql: "UPDATE events SET friends = CAST(X'313030C32C32303030' AS TEXT) WHERE seq % 11 = 0")
+        }
+        let spilled = try s.store.replay(verifyOnly: true, partitionSize: 30)
+        let decoded = try s.store.replay(verifyOnly: true, partitionSize: 100_000)
+        #expect(spilled.rebuilt == decoded.rebuilt)
+        #expect(spilled.rebuilt.count == decoded.rebuilt.count && !spilled.rebuilt.isEmpty)
+    }
+}
+
 @Suite struct PartitionWeightTests {
     /// A log whose texts are heap objects (UUID event IDs, long friend lists) is split into
     /// more partitions, so a partition's memory stays what the configuration sets; a log
