@@ -110,11 +110,16 @@ import Testing
     /// a replay in one partition (its scan decodes every row).
     @Test func invalidUTF8IsSpilledAsTheDecodedScanReadsIt() throws {
         var s = try Stream()
-        try s.ingest((0..<120).map { i in
-            Stream.login("ev-1-\(i)", day: 1 + Double(i) / 100, device: "d\(i % 20)", asid: "\(1000 + i % 30)", limited: i % 3 == 0,
-                         extra: i % 3 == 0 ? [:] : ["friend_asids": ["\(1000 + (i + 1) % 30)", "\(2000 + i)"],
-                                                    "granted_permissions": ["public_profile", "user_friends"]])
-        }, batchSize: 40)
+        var lines: [String] = []
+        for i in 0..<120 {
+            let limited = i % 3 == 0
+            let friends: [String: any Sendable] = [
+                "friend_asids": ["\(1000 + (i + 1) % 30)", "\(2000 + i)"], "granted_permissions": ["public_profile", "user_friends"],
+            ]
+            lines.append(Stream.login("ev-1-\(i)", day: 1 + Double(i) / 100, device: "d\(i % 20)", asid: "\(1000 + i % 30)",
+                                      limited: limited, extra: limited ? [:] : friends))
+        }
+        try s.ingest(lines, batchSize: 40)
         try s.store.write { db in
             try db.execute(sql: "UPDATE events SET device_id = CAST(X'64FF' AS TEXT) WHERE seq % 7 = 0")
             try db.execute(sql: "UPDATE events SET friends = CAST(X'313030C32C32303030' AS TEXT) WHERE seq % 11 = 0")
