@@ -160,55 +160,38 @@ enum IdentitiesProjection: Projection {
         })
     }
 
-    /// What a bulk build writes of the identities once its ASIDs and keys are loaded: each link
-    /// key's count and ambiguity, and the ASIDs that take another member's user ID.
-    package struct BulkIdentities: Sendable {
-        var linkKeys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
-        var moves: [(asid: String, userID: String)] = []
-    }
-
-    /// After a bulk load, on a reader while the writer builds the secondary indexes: counts the
-    /// link keys and finds every ASID's identity, the connected component (union-find) of the
-    /// ASIDs sharing an unambiguous key (`applyBulk` writes them). One pass over the keys in key
-    /// order, which SQLite sorts (their index does not exist yet).
-    static func planBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws -> BulkIdentities {
+    /// After a bulk load (and its secondary indexes): counts the link keys and assigns every
+    /// ASID the identity of its connected component (union-find over the ASIDs sharing an
+    /// unambiguous key).
+    static func finishBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws {
         let blocked = Set(config.blockedKeys)
-        var plan = BulkIdentities()
+        var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
+        try BulkStatement(db, "SELECT key, count(*) FROM \(t.asidKeys) GROUP BY key ORDER BY key").each { row in
+            let key = row.string(0), count = Int(row.int(1))
+            keys.append((key, count, config.ambiguity(key: key, asids: count, blocked: blocked)))
+        }
+        try Rows(db, t).insertLinkKeys(keys)
+        keys = []
         var index: [String: Int32] = [:]
         var names: [String] = []
         var components = IdentityRules.Components()
-        var key: String?
-        var members: [String] = []
-        func endKey() {
-            guard let key else { return }
-            let ambiguity = config.ambiguity(key: key, asids: members.count, blocked: blocked)
-            plan.linkKeys.append((key, members.count, ambiguity))
-            guard ambiguity == nil else { return }
-            var previous: Int32 = -1
-            for asid in members {
-                let i: Int32
-                if let known = index[asid] {
-                    i = known
-                } else {
-                    i = components.add()
-                    index[asid] = i
-                    names.append(asid)
-                }
-                if previous >= 0 { components.join(previous, i) }
-                previous = i
+        var previousKey = "", previous: Int32 = -1
+        try BulkStatement(db, """
+            SELECT k.key, k.asid FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key
+            WHERE l.ambiguous = 0 ORDER BY k.key
+            """).each { row in
+            let key = row.string(0), asid = row.string(1)
+            let i: Int32
+            if let known = index[asid] {
+                i = known
+            } else {
+                i = components.add()
+                index[asid] = i
+                names.append(asid)
             }
+            if key.sameBytes(as: previousKey) { components.join(previous, i) }
+            (previousKey, previous) = (key, i)
         }
-        try BulkStatement(db, "SELECT key, asid FROM \(t.asidKeys) ORDER BY key").each { row in
-            let next = row.string(0)
-            if let key, next.sameBytes(as: key) {
-                members.append(row.string(1))
-                return
-            }
-            endKey()
-            key = next
-            members = [row.string(1)]
-        }
-        endKey()
         // Only the members of groups (two ASIDs or more) take another's user ID. Their first
         // logins are read in one pass in key order and the new user IDs written in key order:
         // a seek per member in group order, and an update each, were random reads and writes
@@ -220,21 +203,16 @@ enum IdentitiesProjection: Projection {
         try BulkStatement(db, "SELECT asid, first_login_at, first_login_event FROM \(t.asids)").each { row in
             if let i = index[row.string(0)], grouped[Int(i)] { firsts[Int(i)] = EventKey(at: row.int(1), eventID: row.string(2)) }
         }
+        var moves: [(asid: String, userID: String)] = []
         for group in groups {
             let members = group.compactMap { i in firsts[Int(i)].map { (asid: names[Int(i)], firstLogin: $0) } }
             guard !members.isEmpty else { continue }
             let userID = IdentityRules.userID(members: members)
-            for member in members where !("u:" + member.asid).sameBytes(as: userID) { plan.moves.append((member.asid, userID)) }
+            for member in members where !("u:" + member.asid).sameBytes(as: userID) { moves.append((member.asid, userID)) }
         }
-        plan.moves.sort { $0.asid.bytesPrecede($1.asid) }
-        return plan
-    }
-
-    /// Writes what `planBulk` found: the link keys, and the user IDs that change.
-    static func applyBulk(_ plan: BulkIdentities, _ db: Database, _ t: ProjectionTables) throws {
+        moves.sort { $0.asid.bytesPrecede($1.asid) }
         let rows = try Rows(db, t)
-        try rows.insertLinkKeys(plan.linkKeys)
-        for move in plan.moves { try rows.setUser(move.asid, move.userID) }
+        for move in moves { try rows.setUser(move.asid, move.userID) }
     }
 
     // MARK: Rows

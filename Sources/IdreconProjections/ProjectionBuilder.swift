@@ -170,14 +170,11 @@ package struct ProjectionBuilder {
         return Int64(events)
     }
 
-    /// After `load`: builds the secondary indexes while a reader counts the link keys and finds
-    /// every ASID's identity (`IdentitiesProjection.planBulk`: the other core was idle while the
-    /// writer did both), then writes those.
-    package func finish(_ pool: DatabasePool) throws {
-        let (_, identities) = try concurrently(
-            { try pool.write { db in try tables.createIndexes(db) } },
-            { [tables, config] in try pool.read { db in try IdentitiesProjection.planBulk(db, tables, config: config) } })
-        try pool.write { db in try IdentitiesProjection.applyBulk(identities, db, tables) }
+    /// After `load`: builds the secondary indexes, counts the link keys and assigns every
+    /// ASID its identity (`user_id`) from the connected components over linking keys.
+    package func finish(_ db: Database) throws {
+        try tables.createIndexes(db)
+        try IdentitiesProjection.finishBulk(db, tables, config: config)
     }
 
     // MARK: Scanning and folding
