@@ -42,7 +42,7 @@ extension ProjectionBuilder {
         }
 
         /// A tracking as one byte (entries and spill records): 0 none, 1 enabled, 2 limited.
-        private static func code(_ tracking: Tracking?) -> UInt8 { tracking == nil ? 0 : tracking == .limited ? 2 : 1 }
+        static func code(_ tracking: Tracking?) -> UInt8 { tracking == nil ? 0 : tracking == .limited ? 2 : 1 }
 
         private static func tracking(_ code: UInt8) -> Tracking? { code == 0 ? nil : code == 2 ? .limited : .enabled }
 
@@ -86,19 +86,12 @@ extension ProjectionBuilder {
             }
         }
 
-        /// Appends one event as `SpilledFacts` wrote it (`spill`).
+        /// Appends one event as `SpilledFacts` wrote it.
         mutating func append(spilled row: inout SpillRecord.Reader) {
             let at = row.int(), isLogin = row.byte() == 1
             append(at: at, isLogin: isLogin, tracking: Self.tracking(row.byte())) { add in
                 (add(row.text()), add(row.text()), add(row.text()), row.byte() == 1 ? add(row.text()) : nil)
             }
-        }
-
-        /// Writes one event of the log's scan as `append(spilled:)` reads it.
-        static func spill(_ row: DeviceRow, _ out: inout SpillRecord.Writer) {
-            out.add(row.fact.key.at); out.add(UInt8(row.fact.type == .login ? 1 : 0))
-            out.add(code(row.fact.tracking))
-            out.add(row.app); out.add(row.device); out.add(row.fact.key.eventID); out.add(row.fact.asid)
         }
 
         /// Sorts the entries by device (app ID, then device ID, by bytes: two device IDs that

@@ -309,54 +309,82 @@ package struct ProjectionBuilder {
             let spill = Spill(ranges: ranges, devices: devices, logins: logins, mentions: mentions)
             try BulkStatement(db, """
                 SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
-                """).each { row in
-                if try !spill.add(row, keys: keys) {
-                    // Text that is not valid UTF-8 is spilled as `LoggedEvent` repairs it.
-                    let event = LoggedEvent(row)
-                    keys?.add(event)
-                    try spill.add(ProjectionBuilder.deviceRow(event))
-                    if let login = ProjectionBuilder.loginRow(event) { try spill.add(login) }
-                }
-            }
+                """).each { row in try spill.add(row, keys: keys) }
             keys?.finish()
             (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
             (self.ranges, self.directory) = (ranges, directory)
         }
 
-        /// Writes scanned events to the partitions' files: from the bytes SQLite returns (`add(_:keys:)`),
-        /// or from decoded rows. Both write the same records (`DeviceEvents.spill`, `takeLogins`).
-        /// By bytes, the scan makes no `String` of a row's texts: decoding each row as a
-        /// `LoggedEvent` and its texts as `String`s was about half of the scan's CPU.
+        /// Writes scanned events to the partitions' files, from the bytes SQLite returns: the scan
+        /// makes no `String` of a row's texts (decoding each row as a `LoggedEvent` and its texts
+        /// as `String`s was about half of the scan's CPU). The one writer of the records that
+        /// `DeviceEvents.append(spilled:)` and `takeLogins` read.
         private struct Spill {
             let ranges: KeyRanges
             let devices: [SpillFile], logins: [SpillFile], mentions: [SpillFile]
 
-            /// Spills a row of `LoggedEvent.selectColumns` and hands its keys to `keys`; false
-            /// (nothing written) when one of its texts is not valid UTF-8.
-            func add(_ row: BulkStatement.Reader, keys: LogKeys.Collector?) throws -> Bool {
-                guard let eventID = row.text(1), let app = row.text(3), let device = row.text(4), let typeText = row.text(5)
-                else { return false }
-                let tracking = row.text(6), asid = row.text(7), email = row.text(10), tfb = row.text(11), friends = row.text(12)
-                for text in [eventID, app, device, typeText] where !JSONParser.isUTF8(text) { return false }
-                for case let text? in [tracking, asid, email, tfb, friends] where !JSONParser.isUTF8(text) { return false }
-                let seq = row.int(0), at = row.int(2)
-                let type: EventType = typeText.elementsEqual(Self.logout) ? .logout : .login
-                let code: UInt8 = tracking.map { $0.elementsEqual(Self.limited) ? 2 : $0.elementsEqual(Self.enabled) ? 1 : 0 } ?? 0
-                let asidKey: Int64? = row.isNull(9) ? nil : row.int(9)
-                keys?.add(seq: seq, deviceKey: row.int(8), type: type, asidKey: asidKey)
-                try devices[ranges.partition(app: app, device: device)].append { out in
-                    out.add(at); out.add(UInt8(type == .login ? 1 : 0)); out.add(code)
-                    out.add(text: app); out.add(text: device); out.add(text: eventID); out.add(optionalText: asid)
+            /// One event's columns (`LoggedEvent.selectColumns`) as bytes.
+            struct Event {
+                var seq: Int64, at: Int64, type: EventType, deviceKey: Int64, asidKey: Int64?, declinesFriends: Bool
+                /// The tracking as `DeviceEvents.code` spells it.
+                var tracking: UInt8
+                var eventID: UnsafeBufferPointer<UInt8>, app: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>
+                var asid: UnsafeBufferPointer<UInt8>?, email: UnsafeBufferPointer<UInt8>?, tfb: UnsafeBufferPointer<UInt8>?
+                var friends: UnsafeBufferPointer<UInt8>?
+            }
+
+            /// Spills a row of `LoggedEvent.selectColumns` and hands its keys to `keys`. A row with
+            /// a text that is not valid UTF-8 is spilled as `LoggedEvent` decodes it (repaired).
+            func add(_ row: BulkStatement.Reader, keys: LogKeys.Collector?) throws {
+                let texts = [row.text(1), row.text(3), row.text(4), row.text(5), row.text(6), row.text(7), row.text(10),
+                             row.text(11), row.text(12)]
+                guard let eventID = texts[0], let app = texts[1], let device = texts[2], let type = texts[3],
+                      texts.allSatisfy({ $0.map(JSONParser.isUTF8) ?? true })
+                else { return try add(LoggedEvent(row), keys: keys) }
+                let tracking = DeviceEvents.code(texts[4].flatMap { text -> Tracking? in
+                    text.elementsEqual(Self.limited) ? .limited : text.elementsEqual(Self.enabled) ? .enabled : nil
+                })
+                try add(Event(seq: row.int(0), at: row.int(2), type: type.elementsEqual(Self.logout) ? .logout : .login,
+                              deviceKey: row.int(8), asidKey: row.isNull(9) ? nil : row.int(9), declinesFriends: row.int(13) == 1,
+                              tracking: tracking, eventID: eventID, app: app, device: device, asid: texts[5], email: texts[6],
+                              tfb: texts[7], friends: texts[8]), keys: keys)
+            }
+
+            /// Spills an event decoded from its row, its texts laid out in one buffer.
+            private func add(_ e: LoggedEvent, keys: LogKeys.Collector?) throws {
+                var bytes: [UInt8] = []
+                var spans: [Range<Int>?] = []
+                for text in [e.key.eventID, e.appID, e.deviceID, e.asid, e.linkEmail, e.linkTFB, e.friends] {
+                    let start = bytes.count
+                    if let text { bytes += text.utf8 }
+                    spans.append(text.map { _ in start..<bytes.count })
                 }
-                guard type == .login, let asid, asidKey != nil else { return true }
-                let limited = code == 2, declines = row.int(13) == 1
+                try bytes.withUnsafeBufferPointer { base in
+                    func text(_ i: Int) -> UnsafeBufferPointer<UInt8>? { spans[i].map { UnsafeBufferPointer(rebasing: base[$0]) } }
+                    try add(Event(seq: e.seq, at: e.key.at, type: e.type, deviceKey: e.deviceKey, asidKey: e.asidKey,
+                                  declinesFriends: e.declinesFriends, tracking: DeviceEvents.code(e.tracking),
+                                  eventID: text(0)!, app: text(1)!, device: text(2)!, asid: text(3), email: text(4), tfb: text(5),
+                                  friends: text(6)), keys: keys)
+                }
+            }
+
+            private func add(_ e: Event, keys: LogKeys.Collector?) throws {
+                keys?.add(seq: e.seq, deviceKey: e.deviceKey, type: e.type, asidKey: e.asidKey)
+                try devices[ranges.partition(app: e.app, device: e.device)].append { out in
+                    out.add(e.at); out.add(UInt8(e.type == .login ? 1 : 0)); out.add(e.tracking)
+                    out.add(text: e.app); out.add(text: e.device); out.add(text: e.eventID); out.add(optionalText: e.asid)
+                }
+                guard e.type == .login, let asid = e.asid, e.asidKey != nil else { return }
+                let limited = e.tracking == DeviceEvents.code(.limited)
                 let own = ranges.partition(asid: asid)
                 try logins[own].append { out in
-                    out.add(text: asid); out.add(at); out.add(text: eventID); out.add(optionalText: email); out.add(optionalText: tfb)
-                    out.add(optionalText: friends); out.add(UInt8(declines ? 1 : 0)); out.add(UInt8(limited ? 1 : 0))
-                    if limited { out.add(text: app); out.add(text: device) }
+                    out.add(text: asid); out.add(e.at); out.add(text: e.eventID); out.add(optionalText: e.email)
+                    out.add(optionalText: e.tfb); out.add(optionalText: e.friends); out.add(UInt8(e.declinesFriends ? 1 : 0))
+                    out.add(UInt8(limited ? 1 : 0))
+                    if limited { out.add(text: e.app); out.add(text: e.device) }
                 }
-                guard let friends else { return true }
+                // Each friend the list names, in the friend's partition when that is not the login's.
+                guard let friends = e.friends else { return }
                 var start = 0
                 for i in 0...friends.count where i == friends.count || friends[i] == LoggedEvent.friendSeparator {
                     defer { start = i + 1 }
@@ -364,28 +392,7 @@ package struct ProjectionBuilder {
                     let friend = UnsafeBufferPointer(rebasing: friends[start..<i])
                     let partition = ranges.partition(asid: friend)
                     guard partition != own else { continue }
-                    try mentions[partition].append { out in out.add(text: friend); out.add(at); out.add(text: eventID) }
-                }
-                return true
-            }
-
-            func add(_ row: DeviceRow) throws {
-                try devices[ranges.partition(app: row.app, device: row.device)].append { out in DeviceEvents.spill(row, &out) }
-            }
-
-            func add(_ login: LoginRow) throws {
-                let own = ranges.partition(asid: login.asid)
-                try logins[own].append { out in
-                    out.add(login.asid); out.add(login.key.at); out.add(login.key.eventID); out.add(login.email); out.add(login.tfb)
-                    out.add(login.friends); out.add(UInt8(login.declinesFriends ? 1 : 0)); out.add(UInt8(login.limited ? 1 : 0))
-                    if login.limited { out.add(login.app); out.add(login.device) }
-                }
-                for friend in login.friends.map(StoredFriendList.split) ?? [] {
-                    let partition = ranges.partition(asid: friend)
-                    guard partition != own else { continue }
-                    try mentions[partition].append { out in
-                        out.add(friend); out.add(login.key.at); out.add(login.key.eventID)
-                    }
+                    try mentions[partition].append { out in out.add(text: friend); out.add(e.at); out.add(text: e.eventID) }
                 }
             }
 
@@ -432,24 +439,14 @@ package struct ProjectionBuilder {
             """).each { row in
             let event = LoggedEvent(row)
             collector?.add(event)
-            try device(deviceRow(event))
-            if let row = loginRow(event) { try login(row) }
+            try device(DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact))
+            guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
+            let limited = event.tracking == .limited
+            try login(LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
+                               device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
+                               friends: event.friends, declinesFriends: event.declinesFriends))
         }
         collector?.finish()
-    }
-
-    /// An event as a device sees it.
-    static func deviceRow(_ event: LoggedEvent) -> DeviceRow {
-        DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact)
-    }
-
-    /// A login as its ASID sees it; nil for a logout (or a login without an ASID).
-    static func loginRow(_ event: LoggedEvent) -> LoginRow? {
-        guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return nil }
-        let limited = event.tracking == .limited
-        return LoginRow(asid: asid, key: event.key, limited: limited, app: limited ? event.appID : "",
-                        device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
-                        friends: event.friends, declinesFriends: event.declinesFriends)
     }
 
     private func fold(asids: [String: ASIDAggregate], into out: inout PartitionOutput) {
