@@ -9,10 +9,8 @@ import IdreconLog
 /// all over tables that grow with the log: at 10M events the load of the last of ten
 /// partitions took half again the time of the first.)
 struct KeyRanges: Sendable {
-    /// The first key of each partition but the first, ascending.
-    private let devices: [ByteTextPair]
-    private let asids: [ByteText]
-    /// The same keys' bytes, for the scan's lookups by bytes.
+    /// The first key of each partition but the first, ascending, as bytes (the scan looks keys
+    /// up by the bytes SQLite returns).
     private let deviceBytes: [(app: [UInt8], device: [UInt8])]
     private let asidBytes: [[UInt8]]
 
@@ -44,10 +42,9 @@ struct KeyRanges: Sendable {
             ByteTextPair($0.string(0), $0.string(1))
         }
         let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
-        devices = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
-        asids = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions)
-        deviceBytes = devices.map { (Array($0.first.text.utf8), Array($0.second.text.utf8)) }
-        asidBytes = asids.map { Array($0.text.utf8) }
+        deviceBytes = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
+            .map { (Array($0.first.text.utf8), Array($0.second.text.utf8)) }
+        asidBytes = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions).map { Array($0.text.utf8) }
     }
 
     /// Calls `body` with `columns` of the first event at or after each of `count` sequence
@@ -101,9 +98,9 @@ struct KeyRanges: Sendable {
         var low = 0, high = deviceBytes.count
         while low < high {
             let middle = (low + high) / 2
-            let (bound, x) = (deviceBytes[middle], app)
+            let bound = deviceBytes[middle]
             let atOrBelow = bound.app.withUnsafeBufferPointer { a in
-                if !String.sameBytes(a, x) { return String.bytesPrecede(a, x) }
+                if !String.sameBytes(a, app) { return String.bytesPrecede(a, app) }
                 return bound.device.withUnsafeBufferPointer { d in !String.bytesPrecede(device, d) }
             }
             if atOrBelow { low = middle + 1 } else { high = middle }
@@ -121,23 +118,9 @@ struct KeyRanges: Sendable {
         return low
     }
 
-    /// The partition of a device.
-    func partition(app: String, device: String) -> Int {
-        Self.count(devices, atOrBelow: ByteTextPair(app, device))
-    }
-
     /// The partition of an ASID.
     func partition(asid: String) -> Int {
-        Self.count(asids, atOrBelow: ByteText(asid))
-    }
-
-    /// How many of the sorted `keys` are ≤ `key` (a binary search).
-    private static func count<Key: Comparable>(_ keys: [Key], atOrBelow key: Key) -> Int {
-        var low = 0, high = keys.count
-        while low < high {
-            let middle = (low + high) / 2
-            if keys[middle] <= key { low = middle + 1 } else { high = middle }
-        }
-        return low
+        var asid = asid
+        return asid.withUTF8 { partition(asid: $0) }
     }
 }

@@ -336,18 +336,19 @@ package struct ProjectionBuilder {
             /// Spills a row of `LoggedEvent.selectColumns` and hands its keys to `keys`. A row with
             /// a text that is not valid UTF-8 is spilled as `LoggedEvent` decodes it (repaired).
             func add(_ row: BulkStatement.Reader, keys: LogKeys.Collector?) throws {
-                let texts = [row.text(1), row.text(3), row.text(4), row.text(5), row.text(6), row.text(7), row.text(10),
-                             row.text(11), row.text(12)]
-                guard let eventID = texts[0], let app = texts[1], let device = texts[2], let type = texts[3],
-                      texts.allSatisfy({ $0.map(JSONParser.isUTF8) ?? true })
+                func valid(_ text: UnsafeBufferPointer<UInt8>?) -> Bool { text.map(JSONParser.isUTF8) ?? true }
+                let tracking = row.text(6), asid = row.text(7), email = row.text(10), tfb = row.text(11), friends = row.text(12)
+                guard let eventID = row.text(1), let app = row.text(3), let device = row.text(4), let type = row.text(5),
+                      valid(eventID), valid(app), valid(device), valid(type), valid(tracking), valid(asid), valid(email),
+                      valid(tfb), valid(friends)
                 else { return try add(LoggedEvent(row), keys: keys) }
-                let tracking = DeviceEvents.code(texts[4].flatMap { text -> Tracking? in
+                let code = DeviceEvents.code(tracking.flatMap { text -> Tracking? in
                     text.elementsEqual(Self.limited) ? .limited : text.elementsEqual(Self.enabled) ? .enabled : nil
                 })
                 try add(Event(seq: row.int(0), at: row.int(2), type: type.elementsEqual(Self.logout) ? .logout : .login,
                               deviceKey: row.int(8), asidKey: row.isNull(9) ? nil : row.int(9), declinesFriends: row.int(13) == 1,
-                              tracking: tracking, eventID: eventID, app: app, device: device, asid: texts[5], email: texts[6],
-                              tfb: texts[7], friends: texts[8]), keys: keys)
+                              tracking: code, eventID: eventID, app: app, device: device, asid: asid, email: email, tfb: tfb,
+                              friends: friends), keys: keys)
             }
 
             /// Spills an event decoded from its row, its texts laid out in one buffer.
