@@ -161,7 +161,7 @@ package struct ProjectionBuilder {
             // Each projection's rows are freed once written: the friend edges and the devices
             // are built after them.
             try IdentitiesProjection.writeBulk(takeAll(&output.asids), db, tables)
-            try AccessProjection.writeBulk(takeAll(&output.access), upTo: lastSeq, db, tables)
+            try AccessProjection.writeBulk(takeAll(&output.access), db, tables)
             try FriendsProjection.writeBulk(snapshots: takeAll(&output.snapshots), mentions: output.mentions, db, tables, spill: friends)
             output.mentions = [:]
             (output.devices, events) = try devices()
