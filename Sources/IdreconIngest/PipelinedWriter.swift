@@ -185,7 +185,7 @@ public final class PipelinedWriter: @unchecked Sendable {
             let catchUp = { [store, bulkFrom, onBuild] () throws(IdreconError) in
                 try store.catchUpProjections(bulkFrom: bulkFrom) { onBuild?($0, $1) }
             }
-            if let checkpoints { try checkpoints.pausing(catchUp) } else { try catchUp() }
+            if let checkpoints { _ = try checkpoints.pausing(catchUp) } else { _ = try catchUp() }
             deferring = false
             caughtUpAt = DispatchTime.now().uptimeNanoseconds
             behind = false

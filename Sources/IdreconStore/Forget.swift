@@ -99,7 +99,7 @@ extension EventStore {
         }
         let replay: ReplayReport
         do {
-            replay = try self.replay()
+            replay = try self.replay(comparing: false)
         } catch {
             throw IdreconError(.storage, "forget: \(asid) is erased from the log and quarantine, but rebuilding the projections failed "
                 + "(\(error.description)); the next idrecon command that writes to \(path), or 'idrecon replay', finishes it")

@@ -19,19 +19,21 @@ extension EventStore {
     /// Rebuilds every projection from the log into a new generation of tables while
     /// readers (and writers) keep using the current one, then (unless `verifyOnly`) swaps
     /// the reader views to it in one transaction. `config` replaces the identity
-    /// configuration. The bulk of the log is folded from a snapshot (see
+    /// configuration. `comparing` digests the rebuilt and the live projections
+    /// (`ReplayReport.drift`); a rebuild that only swaps leaves both out, a fifth of its CPU
+    /// (the other core's, which the load's helpers share). The bulk of the log is folded from a snapshot (see
     /// `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
     /// meanwhile are applied incrementally just before the swap. One replay runs at a time
     /// per database (another waits, calling `waiting` first); one that a `forget` overtakes
     /// starts over, so erased data never comes back.
     public func replay(
-        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, partitionSize: Int = replayPartition,
-        progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
+        config newConfig: IdentityConfig? = nil, verifyOnly: Bool = false, comparing: Bool = true,
+        partitionSize: Int = replayPartition, progress: (Int64, Int64) -> Void = { _, _ in }, waiting: () -> Void = {}
     ) throws(IdreconError) -> ReplayReport {
         try holdingReplayLock("replay failed on \(path)", waiting: waiting) {
             let started = Date()
             while true {
-                let purpose: RebuildPurpose = verifyOnly ? .verify : .replay
+                let purpose: RebuildPurpose = verifyOnly ? .verify : comparing ? .replay : .rebuild
                 let attempt = try rebuild(config: newConfig, purpose: purpose, partitionSize: partitionSize, progress: progress)
                 if var report = attempt {
                     report.seconds = Date().timeIntervalSince(started)
@@ -91,7 +93,7 @@ extension EventStore {
         config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int,
         fillingKeys: Bool = false, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
-        let comparing = purpose != .catchUp
+        let comparing = purpose == .replay || purpose == .verify
         let verifyOnly = purpose == .verify
         // The live projections, caught up first, are what the rebuilt ones are compared with.
         if comparing { try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) } }
@@ -231,7 +233,7 @@ extension EventStore {
     /// Finishes an erasure whose rebuild did not complete (a full disk, a kill).
     func finishPendingRebuild() throws(IdreconError) {
         guard try read({ db in try Self.rebuildPending(db) }) else { return }
-        _ = try replay()
+        _ = try replay(comparing: false)
     }
 }
 
@@ -241,6 +243,8 @@ enum RebuildPurpose {
     case replay
     /// `replay --verify`: rebuilt and compared only.
     case verify
+    /// `replay` without digests, a `forget`'s rebuild: rebuilt and swapped in.
+    case rebuild
     /// The live projections are so far behind the log that building them anew costs less
     /// than folding what they lack (`ProjectionEngine.bulkDue`): rebuilt and swapped in,
     /// with nothing to compare.

@@ -167,6 +167,12 @@ import Testing
         FileManager.default.createFile(atPath: config, contents: Data("not json".utf8))
         #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 2)
         #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
+        // Without --digests a replay prints what it rebuilt; with it, each projection's digests.
+        let plain = try run(Binaries.idrecon, ["replay", "--db", db, "--format", "csv"])
+        #expect(plain.status == 0 && plain.stdout.hasPrefix("events,seconds,events_per_second,swapped\n") && plain.stdout.contains(",true"))
+        let digested = try run(Binaries.idrecon, ["replay", "--digests", "--db", db, "--format", "csv"])
+        #expect(digested.status == 0 && digested.stdout.hasPrefix("projection,digest,live_digest,match\n"))
+        #expect(digested.stdout.contains("devices,") && !digested.stdout.contains(",false"))
     }
 
     /// While another replay holds the database's replay lock, `replay` says it waits, then
