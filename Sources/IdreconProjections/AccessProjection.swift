@@ -159,10 +159,26 @@ enum AccessProjection: Projection {
         }
     }
 
-    /// Folds and writes a partition's ASIDs (replay) in key order.
-    static func writeBulk(_ asids: [(asid: String, logins: Logins)], _ db: Database, _ t: ProjectionTables) throws {
-        try Rows(db, t).insert(asids.sorted(by: { $0.asid < $1.asid }).map { ($0.asid, $0.logins.fold) })
+    /// A partition's latest logins and limited spans as a bulk build loads them, in key order.
+    struct BulkRows {
+        var lasts: [(asid: String, last: (key: EventKey, limited: Bool))] = []
+        var spans: [(asid: String, span: Span)] = []
     }
+
+    /// Folds a partition's ASIDs, given in key order, into their rows (replay prepares them
+    /// off the writer).
+    static func prepareBulk(_ asids: some Sequence<(asid: String, logins: Logins)>) -> BulkRows {
+        var rows = BulkRows()
+        for (asid, logins) in asids {
+            let fold = logins.fold
+            if let last = fold.last { rows.lasts.append((asid, last)) }
+            for span in fold.spans { rows.spans.append((asid, span)) }
+        }
+        return rows
+    }
+
+    /// Writes a partition's rows (replay) into empty tables.
+    static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws { try Rows(db, t).insert(rows) }
 
     // MARK: Rows
 
@@ -204,12 +220,10 @@ enum AccessProjection: Projection {
             try insertSpan.insert(count: fold.spans.count) { i, binder in Self.bind(asid, fold.spans[i], &binder) }
         }
 
-        /// Inserts a bulk build's folds (of ASIDs with nothing stored), in key order, into empty tables.
-        func insert(_ folds: [(asid: String, fold: Fold)]) throws {
-            let lasts = folds.compactMap { fold in fold.fold.last.map { (fold.asid, $0) } }
-            try insertLast.insert(count: lasts.count) { i, binder in Self.bind(lasts[i].0, lasts[i].1, &binder) }
-            let spans = Array(folds.lazy.flatMap { fold in fold.fold.spans.lazy.map { (fold.asid, $0) } })
-            try insertSpan.insert(count: spans.count) { i, binder in Self.bind(spans[i].0, spans[i].1, &binder) }
+        /// Inserts a bulk build's rows (of ASIDs with nothing stored), in key order, into empty tables.
+        func insert(_ rows: BulkRows) throws {
+            try insertLast.insert(count: rows.lasts.count) { i, binder in Self.bind(rows.lasts[i].asid, rows.lasts[i].last, &binder) }
+            try insertSpan.insert(count: rows.spans.count) { i, binder in Self.bind(rows.spans[i].asid, rows.spans[i].span, &binder) }
         }
 
         private static func bind(_ asid: String, _ last: (key: EventKey, limited: Bool), _ binder: inout BulkStatement.Binder) {

@@ -137,27 +137,37 @@ enum FriendsProjection: Projection {
 
     // MARK: Bulk
 
-    /// Writes a partition's snapshots and mentions (replay), in key order, and the edges the
-    /// snapshots name: into the table when the replay has one partition, else into `spill`,
-    /// which writes them once every partition has added its own (`BulkSpill`). A partition's
-    /// mentions are those of its ASIDs (`ProjectionBuilder.SpilledFacts` routes them).
-    static func writeBulk(
-        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], _ db: Database, _ t: ProjectionTables,
-        spill: BulkSpill?
-    ) throws {
-        let rows = try Rows(db, t)
-        let sorted = snapshots.sorted(by: { $0.asid < $1.asid })
-        try rows.insertSnapshots(sorted)
+    /// A partition's snapshots, mentions and (with one partition) edges as a bulk build
+    /// loads them, in key order.
+    struct BulkRows {
+        var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
+        var mentions: [(key: String, value: EventKey)] = []
         var edges: [Edge: Sides] = [:]
-        for (asid, snapshot) in sorted {
+    }
+
+    /// A partition's snapshots, given in key order, and mentions (replay prepares them off the
+    /// writer); the edges the snapshots name go into the rows when the replay has one
+    /// partition, else into `spill`, which writes them once every partition has added its own
+    /// (`BulkSpill`). A partition's mentions are those of its ASIDs
+    /// (`ProjectionBuilder.SpilledFacts` routes them).
+    static func prepareBulk(
+        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], spill: BulkSpill?
+    ) throws -> BulkRows {
+        var rows = BulkRows(snapshots: snapshots, mentions: mentions.sorted(by: { ByteText($0.key) < ByteText($1.key) }))
+        for (asid, snapshot) in snapshots {
             for friend in snapshot.effective {
-                if let spill { try spill.add(edge: Edge(asid, friend), from: asid) } else { set(&edges, from: asid, to: friend, true) }
+                if let spill { try spill.add(edge: Edge(asid, friend), from: asid) } else { set(&rows.edges, from: asid, to: friend, true) }
             }
-            try writeIfFull(&edges, rows)
         }
-        try write(edges: edges, mentions: [:], rows)
-        // No other partition mentions these ASIDs (`ProjectionBuilder.SpilledFacts` routes them).
-        try rows.insertMentions(mentions.sorted(by: { $0.key < $1.key }))
+        return rows
+    }
+
+    /// Writes a partition's rows (replay).
+    static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws {
+        let writer = try Rows(db, t)
+        try writer.insertSnapshots(rows.snapshots)
+        try write(edges: rows.edges, mentions: [:], writer)
+        try writer.insertMentions(rows.mentions)
     }
 
     /// The edges of a replay with several partitions, each spilled to the partition that

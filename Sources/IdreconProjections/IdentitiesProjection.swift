@@ -148,16 +148,29 @@ enum IdentitiesProjection: Projection {
 
     // MARK: Bulk
 
-    /// Writes a partition's folded ASIDs and their keys (replay), in key order, each with
-    /// the provisional identity `u:` + itself; `finishBulk` counts the keys and assigns
-    /// the components' identities.
-    static func writeBulk(_ folds: [(asid: String, fold: Fold)], _ db: Database, _ t: ProjectionTables) throws {
-        let rows = try Rows(db, t)
-        let sorted = folds.sorted { $0.asid < $1.asid }
-        try rows.insertASIDs(sorted.lazy.map { ($0.asid, $0.fold.firstLogin) })
-        try rows.insertLinks(sorted.flatMap { asid, fold in
-            fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }).map { (asid, $0.key, $0.first) }
-        })
+    /// A partition's ASIDs and their keys as a bulk build loads them, in key order.
+    struct BulkRows {
+        var members: [(String, EventKey)] = []
+        var links: [(String, String, EventKey)] = []
+    }
+
+    /// The rows of a partition's folded ASIDs, given in key order (replay prepares them off
+    /// the writer).
+    static func prepareBulk(_ folds: some Sequence<(asid: String, fold: Fold)>) -> BulkRows {
+        var rows = BulkRows()
+        for (asid, fold) in folds {
+            rows.members.append((asid, fold.firstLogin))
+            for key in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) { rows.links.append((asid, key.key, key.first)) }
+        }
+        return rows
+    }
+
+    /// Writes a partition's ASIDs and their keys (replay), each with the provisional identity
+    /// `u:` + itself; `finishBulk` counts the keys and assigns the components' identities.
+    static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws {
+        let writer = try Rows(db, t)
+        try writer.insertASIDs(rows.members)
+        try writer.insertLinks(rows.links)
     }
 
     /// After a bulk load (and its secondary indexes): counts the link keys and assigns every

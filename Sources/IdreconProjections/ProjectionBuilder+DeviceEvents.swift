@@ -136,7 +136,7 @@ extension ProjectionBuilder {
         /// Up to the first 8 of `length` bytes at `offset`, big-endian, zero padded: a shorter text
         /// never gets a larger prefix than a longer one it begins, so comparing prefixes keeps the
         /// bytes' order (SQLite's BINARY collation) wherever they differ.
-        private static func prefix(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UInt64 {
+        static func prefix(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UInt64 {
             var value: UInt64 = 0
             for i in 0..<8 { value = value << 8 | UInt64(i < Int(length) ? base[offset + i] : 0) }
             return value
