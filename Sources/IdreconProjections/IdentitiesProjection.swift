@@ -175,36 +175,48 @@ enum IdentitiesProjection: Projection {
 
     /// After a bulk load (and its secondary indexes): counts the link keys and assigns every
     /// ASID the identity of its connected component (union-find over the ASIDs sharing an
-    /// unambiguous key).
+    /// unambiguous key). One pass over the keys' index counts each key's ASIDs and joins them
+    /// once the key is judged (a count, then a join of the keys with the link keys, read it
+    /// twice: 2.1 s of a 10M finish).
     static func finishBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws {
         let blocked = Set(config.blockedKeys)
         var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
-        try BulkStatement(db, "SELECT key, count(*) FROM \(t.asidKeys) GROUP BY key ORDER BY key").each { row in
-            let key = row.string(0), count = Int(row.int(1))
-            keys.append((key, count, config.ambiguity(key: key, asids: count, blocked: blocked)))
-        }
-        try Rows(db, t).insertLinkKeys(keys)
-        keys = []
         var index: [String: Int32] = [:]
         var names: [String] = []
         var components = IdentityRules.Components()
-        var previousKey = "", previous: Int32 = -1
-        try BulkStatement(db, """
-            SELECT k.key, k.asid FROM \(t.asidKeys) k JOIN \(t.linkKeys) l ON l.key = k.key
-            WHERE l.ambiguous = 0 ORDER BY k.key
-            """).each { row in
-            let key = row.string(0), asid = row.string(1)
-            let i: Int32
-            if let known = index[asid] {
-                i = known
-            } else {
-                i = components.add()
-                index[asid] = i
-                names.append(asid)
+        var key: String?, members: [String] = []
+        func judge() {
+            guard let key else { return }
+            let ambiguity = config.ambiguity(key: key, asids: members.count, blocked: blocked)
+            keys.append((key, members.count, ambiguity))
+            if ambiguity == nil {
+                var previous: Int32 = -1
+                for asid in members {
+                    let i: Int32
+                    if let known = index[asid] {
+                        i = known
+                    } else {
+                        i = components.add()
+                        index[asid] = i
+                        names.append(asid)
+                    }
+                    if previous >= 0 { components.join(previous, i) }
+                    previous = i
+                }
             }
-            if key.sameBytes(as: previousKey) { components.join(previous, i) }
-            (previousKey, previous) = (key, i)
+            members.removeAll(keepingCapacity: true)
         }
+        try BulkStatement(db, "SELECT key, asid FROM \(t.asidKeys) ORDER BY key, asid").each { row in
+            let next = row.string(0)
+            if !key.sameBytes(as: next) {
+                judge()
+                key = next
+            }
+            members.append(row.string(1))
+        }
+        judge()
+        try Rows(db, t).insertLinkKeys(keys)
+        keys = []
         // Only the members of groups (two ASIDs or more) take another's user ID. Their first
         // logins are read in one pass in key order and the new user IDs written in key order:
         // a seek per member in group order, and an update each, were random reads and writes
