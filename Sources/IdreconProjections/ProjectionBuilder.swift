@@ -18,13 +18,11 @@ package struct ProjectionBuilder {
     let config: IdentityConfig
     /// Events per partition: a partition's facts are held in memory while folded.
     let partitionSize: Int
-    /// The last event of the snapshot being folded.
-    let lastSeq: Int64
     /// The threads that scan the log, each half of it.
     package static let scanners = 2
 
-    package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int, lastSeq: Int64) {
-        (self.tables, self.config, self.partitionSize, self.lastSeq) = (tables, config, partitionSize, lastSeq)
+    package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int) {
+        (self.tables, self.config, self.partitionSize) = (tables, config, partitionSize)
     }
 
     /// The facts of a snapshot of the log, scanned: in memory when they fit one partition,
@@ -493,13 +491,6 @@ typealias FoldedDevice = (app: String, device: String, fold: DevicesProjection.F
 /// A partition's folded devices (in key order) and the events they were folded from.
 typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
 
-/// The elements of `array`, leaving it empty: the result is the only reference to them, so
-/// it can be sorted in place.
-package func takeAll<T>(_ array: inout [T]) -> [T] {
-    defer { array = [] }
-    return array
-}
-
 /// A value taken out once, leaving no reference behind: what takes it (another thread, or
 /// a later step) owns it alone and can mutate it in place or release it.
 package final class Handoff<T>: @unchecked Sendable {
@@ -513,10 +504,9 @@ package final class Handoff<T>: @unchecked Sendable {
     }
 }
 
-/// The rows one partition contributes. Devices and ASIDs belong to exactly one partition;
-/// edges and mentions can be contributed by several, so they are merged into what earlier
-/// partitions loaded.
-/// A partition's ASID rows, ready to load (`ProjectionBuilder.prepare`).
+/// A partition's ASID rows, ready to load (`ProjectionBuilder.prepare`). ASIDs belong to
+/// exactly one partition; friend edges can come from several, so they are spilled and loaded
+/// after the last partition (`FriendsProjection.BulkSpill`).
 private struct PreparedASIDs {
     var identities: IdentitiesProjection.BulkRows
     var access: AccessProjection.BulkRows

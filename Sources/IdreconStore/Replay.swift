@@ -114,7 +114,7 @@ extension EventStore {
             return (next.generation, newConfig ?? state.config)
         }
         let tables = ProjectionTables(generation: generation, registry: projections)
-        let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize, lastSeq: seen.lastSeq)
+        let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let keys = fillingKeys ? keyedThrough.map { LogKeys.Sink(after: $0, scanners: ProjectionBuilder.scanners) } : nil
         // The load refolds a few ASIDs through the log's keys: any that a bulk append (another
