@@ -154,7 +154,8 @@ enum AccessProjection: Projection {
         /// open or close no span.
         var fold: Fold {
             guard let earliest = limited.min(by: { $0.key < $1.key })?.key else { return Fold(continuing: latest) }
-            let later = enabled.lazy.filter { earliest < $0 }.map { Login(key: $0, limited: false, app: "", device: "") }
+            let later = enabled.lazy.filter { earliest < $0 }
+                .map { Login(key: $0, limited: false, app: "", device: "") }
             return Fold.of(limited + later, latest: latest)
         }
     }
@@ -178,7 +179,9 @@ enum AccessProjection: Projection {
     }
 
     /// Writes a partition's rows (replay) into empty tables.
-    static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws { try Rows(db, t).insert(rows) }
+    static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws {
+        try Rows(db, t).insert(rows)
+    }
 
     // MARK: Rows
 
@@ -222,8 +225,12 @@ enum AccessProjection: Projection {
 
         /// Inserts a bulk build's rows (of ASIDs with nothing stored), in key order, into empty tables.
         func insert(_ rows: BulkRows) throws {
-            try insertLast.insert(count: rows.lasts.count) { i, binder in Self.bind(rows.lasts[i].asid, rows.lasts[i].last, &binder) }
-            try insertSpan.insert(count: rows.spans.count) { i, binder in Self.bind(rows.spans[i].asid, rows.spans[i].span, &binder) }
+            try insertLast.insert(count: rows.lasts.count) { i, binder in
+                Self.bind(rows.lasts[i].asid, rows.lasts[i].last, &binder)
+            }
+            try insertSpan.insert(count: rows.spans.count) { i, binder in
+                Self.bind(rows.spans[i].asid, rows.spans[i].span, &binder)
+            }
         }
 
         private static func bind(_ asid: String, _ last: (key: EventKey, limited: Bool), _ binder: inout BulkStatement.Binder) {

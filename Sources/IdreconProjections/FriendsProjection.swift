@@ -153,10 +153,14 @@ enum FriendsProjection: Projection {
     static func prepareBulk(
         snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], spill: BulkSpill?
     ) throws -> BulkRows {
-        var rows = BulkRows(snapshots: snapshots, mentions: mentions.sorted(by: { ByteText($0.key) < ByteText($1.key) }))
+        var rows = BulkRows(snapshots: snapshots, mentions: mentions.sorted { ByteText($0.key) < ByteText($1.key) })
         for (asid, snapshot) in snapshots {
             for friend in snapshot.effective {
-                if let spill { try spill.add(edge: Edge(asid, friend), from: asid) } else { set(&rows.edges, from: asid, to: friend, true) }
+                if let spill {
+                    try spill.add(edge: Edge(asid, friend), from: asid)
+                } else {
+                    set(&rows.edges, from: asid, to: friend, true)
+                }
             }
         }
         return rows

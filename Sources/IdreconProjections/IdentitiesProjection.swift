@@ -160,7 +160,9 @@ enum IdentitiesProjection: Projection {
         var rows = BulkRows()
         for (asid, fold) in folds {
             rows.members.append((asid, fold.firstLogin))
-            for key in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) { rows.links.append((asid, key.key, key.first)) }
+            for key in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
+                rows.links.append((asid, key.key, key.first))
+            }
         }
         return rows
     }

@@ -163,7 +163,9 @@ package struct ProjectionBuilder {
 
     /// Loads one partition's ASID rows and then its devices' (`devices` waits for them if
     /// they are being folded on the other core). Returns the partition's events.
-    private func write(_ prepared: consuming PreparedASIDs, devices: () throws -> FoldedDevices, into pool: DatabasePool) throws -> Int64 {
+    private func write(
+        _ prepared: consuming PreparedASIDs, devices: () throws -> FoldedDevices, into pool: DatabasePool
+    ) throws -> Int64 {
         var rows = prepared
         var events = 0
         try pool.write { db in
@@ -467,7 +469,9 @@ package struct ProjectionBuilder {
     /// on a tie, and each projection reads its part of each aggregate. Sorting the aggregates,
     /// or handing each projection whole ones, copied every aggregate several times: a fifth,
     /// then two fifths, of this preparation's time.
-    private static func prepare(_ facts: consuming Facts, friends spill: FriendsProjection.BulkSpill?) throws -> PreparedASIDs {
+    private static func prepare(
+        _ facts: consuming Facts, friends spill: FriendsProjection.BulkSpill?
+    ) throws -> PreparedASIDs {
         let asids = Array(facts.asids.keys), aggregates = Array(facts.asids.values)
         let mentions = facts.mentions
         facts = Facts()
@@ -478,7 +482,8 @@ package struct ProjectionBuilder {
         order.sort { a, b in a.prefix != b.prefix ? a.prefix < b.prefix : asids[a.index].bytesPrecede(asids[b.index]) }
         let sorted = order.lazy.map(\.index)
         return PreparedASIDs(
-            identities: IdentitiesProjection.prepareBulk(sorted.map { (asid: asids[$0], fold: aggregates[$0].identity) }),
+            identities: IdentitiesProjection.prepareBulk(
+                sorted.map { (asid: asids[$0], fold: aggregates[$0].identity) }),
             access: AccessProjection.prepareBulk(sorted.map { (asid: asids[$0], logins: aggregates[$0].access) }),
             friends: try FriendsProjection.prepareBulk(
                 snapshots: sorted.filter { aggregates[$0].hasSnapshot }.map { (asids[$0], aggregates[$0].snapshot) },

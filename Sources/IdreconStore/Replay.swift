@@ -20,9 +20,9 @@ extension EventStore {
     /// readers (and writers) keep using the current one, then (unless `verifyOnly`) swaps
     /// the reader views to it in one transaction. `config` replaces the identity
     /// configuration. `comparing` digests the rebuilt and the live projections
-    /// (`ReplayReport.drift`); a rebuild that only swaps leaves both out, a fifth of its CPU
-    /// (the other core's, which the load's helpers share). The bulk of the log is folded from a snapshot (see
-    /// `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
+    /// (`ReplayReport.drift`; `verifyOnly` always does); a rebuild that only swaps leaves both
+    /// out, a fifth of its CPU, on the core the load's helpers share. The bulk of the log is
+    /// folded from a snapshot (see `ProjectionBuilder`, `partitionSize` events in memory at a time); events appended
     /// meanwhile are applied incrementally just before the swap. One replay runs at a time
     /// per database (another waits, calling `waiting` first); one that a `forget` overtakes
     /// starts over, so erased data never comes back.
@@ -33,7 +33,7 @@ extension EventStore {
         try holdingReplayLock("replay failed on \(path)", waiting: waiting) {
             let started = Date()
             while true {
-                let purpose: RebuildPurpose = verifyOnly ? .verify : comparing ? .replay : .rebuild
+                let purpose: RebuildPurpose = verifyOnly ? .verify : .replay(comparing: comparing)
                 let attempt = try rebuild(config: newConfig, purpose: purpose, partitionSize: partitionSize, progress: progress)
                 if var report = attempt {
                     report.seconds = Date().timeIntervalSince(started)
@@ -93,8 +93,7 @@ extension EventStore {
         config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int,
         fillingKeys: Bool = false, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
-        let comparing = purpose == .replay || purpose == .verify
-        let verifyOnly = purpose == .verify
+        let (comparing, verifyOnly) = (purpose.compares, !purpose.swaps)
         // The live projections, caught up first, are what the rebuilt ones are compared with.
         if comparing { try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) } }
         var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
@@ -117,8 +116,9 @@ extension EventStore {
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let keys = fillingKeys ? keyedThrough.map { LogKeys.Sink(after: $0, scanners: ProjectionBuilder.scanners) } : nil
-        // The load refolds a few ASIDs through the log's keys: any that a bulk append (another
-        // writer's) left out are inserted first, if this scan does not hand them over.
+        // The catch-up before the swap and the refolded projections fold late events through the
+        // log's keys: any that a bulk append (another writer's) left out are inserted first, if
+        // this scan does not hand them over.
         if keys == nil, keyedThrough != nil { try pool.write { db in try LogKeys.restore(db) } }
         let scan = { try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys) }
         let scanned = try keys.map { keys in
@@ -237,18 +237,33 @@ extension EventStore {
     }
 }
 
-/// Why the projections are rebuilt from the log.
+/// Why the projections are rebuilt from the log, which decides whether the rebuild is compared
+/// with the live projections and whether it is swapped in.
 enum RebuildPurpose {
-    /// `replay`: rebuilt, compared with the live projections (caught up first), swapped in.
-    case replay
+    /// `replay` (a `forget`'s too): rebuilt and swapped in; when `comparing`, compared with the
+    /// live projections (caught up first) as well.
+    case replay(comparing: Bool)
     /// `replay --verify`: rebuilt and compared only.
     case verify
-    /// `replay` without digests, a `forget`'s rebuild: rebuilt and swapped in.
-    case rebuild
     /// The live projections are so far behind the log that building them anew costs less
     /// than folding what they lack (`ProjectionEngine.bulkDue`): rebuilt and swapped in,
     /// with nothing to compare.
     case catchUp
+
+    var compares: Bool {
+        switch self {
+        case .replay(let comparing): comparing
+        case .verify: true
+        case .catchUp: false
+        }
+    }
+
+    var swaps: Bool {
+        switch self {
+        case .verify: false
+        case .replay, .catchUp: true
+        }
+    }
 }
 
 /// What the live projections are a function of, besides the rules: the log's last event,

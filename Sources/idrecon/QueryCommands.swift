@@ -431,7 +431,8 @@ struct ReplayCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: FormatOptions
     @Flag(help: "Compare a rebuild with the live projections; change nothing; exit 1 on drift.") var verify = false
-    @Flag(help: "Also digest the rebuilt and the live projections and print both (what --verify compares).") var digests = false
+    @Flag(help: "Also digest the rebuilt and the live projections and print both (what --verify compares).")
+    var digests = false
     @Option(help: "Identity configuration (JSON) to rebuild with.") var config: String?
 
     func run() async throws {
@@ -465,7 +466,8 @@ struct ReplayCommand: AsyncParsableCommand {
             printer.finish()
         } else {
             var printer = RowPrinter(output, columns: ["events", "seconds", "events_per_second", "swapped"])
-            printer.row([.int(report.events), .json(.number(String(format: "%.2f", report.seconds))), .int(Int64(rate)), .bool(report.swapped)])
+            let seconds = JSONValue.number(String(format: "%.2f", report.seconds))
+            printer.row([.int(report.events), .json(seconds), .int(Int64(rate)), .bool(report.swapped)])
             printer.finish()
         }
         FileHandle.standardError.write(Data("replay: \(report.events) events in \(String(format: "%.2f", report.seconds)) s (\(Int(rate)) events/s)\(report.swapped ? ", swapped" : ", verify only")\n".utf8))

@@ -169,7 +169,8 @@ import Testing
         #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
         // Without --digests a replay prints what it rebuilt; with it, each projection's digests.
         let plain = try run(Binaries.idrecon, ["replay", "--db", db, "--format", "csv"])
-        #expect(plain.status == 0 && plain.stdout.hasPrefix("events,seconds,events_per_second,swapped\n") && plain.stdout.contains(",true"))
+        #expect(plain.status == 0 && plain.stdout.hasPrefix("events,seconds,events_per_second,swapped\n"))
+        #expect(plain.stdout.contains(",true"))
         let digested = try run(Binaries.idrecon, ["replay", "--digests", "--db", db, "--format", "csv"])
         #expect(digested.status == 0 && digested.stdout.hasPrefix("projection,digest,live_digest,match\n"))
         #expect(digested.stdout.contains("devices,") && !digested.stdout.contains(",false"))
