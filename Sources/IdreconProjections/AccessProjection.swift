@@ -124,58 +124,27 @@ enum AccessProjection: Projection {
 
     // MARK: Bulk
 
-    /// One ASID's logins as replay gathers them from a partition of the log, in any order.
-    ///
-    /// A partition holds every login of its ASIDs, so they fold exactly without reading the
-    /// log again: the limited logins whole, the enabled ones by key only (a limited login's
-    /// span ends at the ASID's next login, whichever it is). Refolding from the log the ASIDs
-    /// whose enabled logins had been dropped read a page of the log per login: at 1M events,
-    /// one ASID in ten and 2.9 GB of reads, most of a replay's writer time.
-    struct Logins {
-        private var latest: (key: EventKey, limited: Bool)
-        private var enabled: [EventKey] = []
-        private var limited: [Login] = []
-
-        init(firstLogin: EventKey) { latest = (firstLogin, false) }
-
-        mutating func add(_ login: Login) {
-            if latest.key <= login.key { latest = (login.key, login.limited) }
-            if login.limited { limited.append(login) } else { enabled.append(login.key) }
-        }
-
-        /// Adds the logins of another part of the log.
-        mutating func merge(_ other: Logins) {
-            if latest.key < other.latest.key { latest = other.latest }
-            enabled += other.enabled
-            limited += other.limited
-        }
-
-        /// The fold of every login added: the enabled logins before the earliest limited one
-        /// open or close no span.
-        var fold: Fold {
-            guard let earliest = limited.min(by: { $0.key < $1.key })?.key else { return Fold(continuing: latest) }
-            let later = enabled.lazy.filter { earliest < $0 }
-                .map { Login(key: $0, limited: false, app: "", device: "") }
-            return Fold.of(limited + later, latest: latest)
-        }
-    }
-
     /// A partition's latest logins and limited spans as a bulk build loads them, in key order.
     struct BulkRows {
         var lasts: [(asid: String, last: (key: EventKey, limited: Bool))] = []
         var spans: [(asid: String, span: Span)] = []
     }
 
-    /// Folds a partition's ASIDs, given in key order, into their rows (replay prepares them
-    /// off the writer).
-    static func prepareBulk(_ asids: some Sequence<(asid: String, logins: Logins)>) -> BulkRows {
-        var rows = BulkRows()
-        for (asid, logins) in asids {
-            let fold = logins.fold
-            if let last = fold.last { rows.lasts.append((asid, last)) }
-            for span in fold.spans { rows.spans.append((asid, span)) }
+    /// Adds the rows of an ASID that comes after those added (replay prepares them off the
+    /// writer); `logins` are all its logins, in event time. A partition holds every login of
+    /// its ASIDs, so they fold exactly without reading the log again; the enabled logins
+    /// before the earliest limited one open or close no span, so they are skipped.
+    static func addBulk(_ asid: String, _ logins: [BulkLogin], to rows: inout BulkRows) {
+        guard let firstLimited = logins.firstIndex(where: \.limited) else {
+            return rows.lasts.append((asid, (logins[logins.count - 1].key, false)))
         }
-        return rows
+        var fold = Fold()
+        for login in logins[firstLimited...] {
+            fold.add(Login(key: login.key, limited: login.limited, app: login.limited ? login.app : "",
+                           device: login.limited ? login.device : ""))
+        }
+        if let last = fold.last { rows.lasts.append((asid, last)) }
+        for span in fold.spans { rows.spans.append((asid, span)) }
     }
 
     /// Writes a partition's rows (replay) into empty tables.

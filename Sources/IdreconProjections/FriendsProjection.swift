@@ -138,32 +138,35 @@ enum FriendsProjection: Projection {
     // MARK: Bulk
 
     /// A partition's snapshots, mentions and (with one partition) edges as a bulk build
-    /// loads them, in key order.
+    /// loads them, in key order. A partition's mentions are those of its ASIDs
+    /// (`ProjectionBuilder.SpilledFacts` routes them).
     struct BulkRows {
         var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
         var mentions: [(key: String, value: EventKey)] = []
         var edges: [Edge: Sides] = [:]
     }
 
-    /// A partition's snapshots, given in key order, and mentions (replay prepares them off the
-    /// writer); the edges the snapshots name go into the rows when the replay has one
-    /// partition, else into `spill`, which writes them once every partition has added its own
-    /// (`BulkSpill`). A partition's mentions are those of its ASIDs
-    /// (`ProjectionBuilder.SpilledFacts` routes them).
-    static func prepareBulk(
-        snapshots: [(asid: String, snapshot: FriendSnapshot)], mentions: [String: EventKey], spill: BulkSpill?
-    ) throws -> BulkRows {
-        var rows = BulkRows(snapshots: snapshots, mentions: mentions.sorted { ByteText($0.key) < ByteText($1.key) })
-        for (asid, snapshot) in snapshots {
-            for friend in snapshot.effective {
-                if let spill {
-                    try spill.add(edge: Edge(asid, friend), from: asid)
-                } else {
-                    set(&rows.edges, from: asid, to: friend, true)
-                }
+    /// Adds the snapshot of an ASID that comes after those added (replay prepares them off the
+    /// writer); `logins` are all its logins, in event time: the latest list and the latest
+    /// decline decide it (a `String` is made of that list only). The edges it names go into the
+    /// rows when the replay has one partition, else into `spill`, which writes them once every
+    /// partition has added its own (`BulkSpill`).
+    static func addBulk(_ asid: String, _ logins: [BulkLogin], to rows: inout BulkRows, spill: BulkSpill?) throws {
+        let listed = logins.lastIndex(where: \.hasFriends), declined = logins.lastIndex(where: \.declinesFriends)
+        guard listed != nil || declined != nil else { return }
+        var snapshot = FriendSnapshot()
+        if let listed {
+            snapshot.apply(key: logins[listed].key, friends: logins[listed].friends.map(StoredFriendList.split), declinesFriends: false)
+        }
+        if let declined { snapshot.apply(key: logins[declined].key, friends: nil, declinesFriends: true) }
+        rows.snapshots.append((asid, snapshot))
+        for friend in snapshot.effective {
+            if let spill {
+                try spill.add(edge: Edge(asid, friend), from: asid)
+            } else {
+                set(&rows.edges, from: asid, to: friend, true)
             }
         }
-        return rows
     }
 
     /// Writes a partition's rows (replay).

@@ -154,17 +154,24 @@ enum IdentitiesProjection: Projection {
         var links: [(String, String, EventKey)] = []
     }
 
-    /// The rows of a partition's folded ASIDs, given in key order (replay prepares them off
-    /// the writer).
-    static func prepareBulk(_ folds: some Sequence<(asid: String, fold: Fold)>) -> BulkRows {
-        var rows = BulkRows()
-        for (asid, fold) in folds {
-            rows.members.append((asid, fold.firstLogin))
-            for key in fold.keys.sorted(by: { ByteText($0.key) < ByteText($1.key) }) {
-                rows.links.append((asid, key.key, key.first))
-            }
+    /// Adds the rows of an ASID that comes after those added (replay prepares them off the
+    /// writer); `logins` are all its logins, in event time: the first is its earliest, and a
+    /// key's first login its earliest with it (a `String` is made of each key once).
+    static func addBulk(_ asid: String, _ logins: [BulkLogin], to rows: inout BulkRows) {
+        var fold = Fold(firstLogin: logins[0].key)
+        func add(_ key: UnsafeBufferPointer<UInt8>?, at login: BulkLogin) {
+            guard let key, !fold.keys.contains(where: { known in
+                var known = known.key
+                return known.withUTF8 { String.sameBytes($0, key) }
+            }) else { return }
+            fold.addKey(String(decoding: key, as: UTF8.self), at: login.key)
         }
-        return rows
+        for login in logins {
+            add(login.email, at: login)
+            add(login.tfb, at: login)
+        }
+        rows.members.append((asid, fold.firstLogin))
+        for key in fold.keys.sorted(by: { $0.key.bytesPrecede($1.key) }) { rows.links.append((asid, key.key, key.first)) }
     }
 
     /// Writes a partition's ASIDs and their keys (replay), each with the provisional identity

@@ -199,40 +199,6 @@ package struct ProjectionBuilder {
         var fact: DeviceFact
     }
 
-    /// Everything the projections keep of one ASID's logins: the identity fold, the friend
-    /// snapshot and the access history's logins, all independent of the order logins are
-    /// added in.
-    package struct ASIDAggregate {
-        var identity: IdentitiesProjection.Fold
-        var snapshot = FriendSnapshot()
-        var hasSnapshot = false
-        var access: AccessProjection.Logins
-
-        init(firstLogin: EventKey) {
-            identity = IdentitiesProjection.Fold(firstLogin: firstLogin)
-            access = AccessProjection.Logins(firstLogin: firstLogin)
-        }
-
-        /// Adds a login of this ASID; `friends` is its friend list, split.
-        mutating func add(_ login: LoginRow, friends: [String]?) {
-            identity.add(login: login.key, email: login.email, tfb: login.tfb)
-            if login.friends != nil || login.declinesFriends {
-                snapshot.apply(key: login.key, friends: friends, declinesFriends: login.declinesFriends)
-                hasSnapshot = true
-            }
-            access.add(AccessProjection.Login(key: login.key, limited: login.limited, app: login.app, device: login.device))
-        }
-
-        /// Adds another aggregate of the same ASID (from another part of the log).
-        mutating func merge(_ other: ASIDAggregate) {
-            identity.merge(other.identity)
-            if let listed = other.snapshot.listedAt { snapshot.apply(key: listed, friends: other.snapshot.friends, declinesFriends: false) }
-            if let declined = other.snapshot.declinedAt { snapshot.apply(key: declined, friends: nil, declinesFriends: true) }
-            hasSnapshot = hasSnapshot || other.hasSnapshot
-            access.merge(other.access)
-        }
-    }
-
     /// One logged login as its ASID sees it.
     package struct LoginRow {
         var asid: String
@@ -248,11 +214,12 @@ package struct ProjectionBuilder {
         var declinesFriends: Bool
     }
 
-    /// A partition's device events (to be sorted and folded) and its ASIDs, aggregated.
+    /// A partition's device events and logins (each to be sorted and folded) and the earliest
+    /// mention of each ASID its logins' friend lists name.
     package struct Facts {
         var devices = DeviceEvents()
-        var asids: [String: ASIDAggregate] = [:]
-        var mentions: [String: EventKey] = [:]
+        var logins = LoginEvents()
+        var mentions = Mentions()
 
         init() {}
 
@@ -260,38 +227,22 @@ package struct ProjectionBuilder {
         init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Collector? = nil) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
-            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.add($0) }, login: { facts.add($0) })
+            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.devices.append($0) }, login: { login in
+                facts.logins.append(login)
+                guard var friends = login.friends else { return }
+                var eventID = login.key.eventID
+                friends.withUTF8 { list in
+                    eventID.withUTF8 { eventID in facts.mentions.lower(list: list, at: login.key.at, eventID: eventID) }
+                }
+            })
             self = facts
         }
 
-        mutating func add(_ row: DeviceRow) { devices.append(row) }
-
-        /// Adds a login and the mentions of its friends that `mentions` accepts (the others
-        /// come on their own, `mention`).
-        mutating func add(_ login: LoginRow, mentions accepts: (String) -> Bool = { _ in true }) {
-            let key = login.key
-            let list = login.friends.map(StoredFriendList.split)
-            for friend in list ?? [] where accepts(friend) { mention(friend, key) }
-            asids[login.asid, default: ASIDAggregate(firstLogin: key)].add(login, friends: list)
-        }
-
-        /// A friend list named `friend` at `key`.
-        mutating func mention(_ friend: String, _ key: EventKey) {
-            FriendsProjection.lower(&mentions, friend, to: key)
-        }
-
-        /// Adds the ASIDs and mentions of other events (of the same partition); their
-        /// devices are left alone.
+        /// Adds the logins and mentions of other events (of the same partition); their devices
+        /// are left alone.
         mutating func merge(_ other: inout Facts) {
-            for (asid, theirs) in other.asids {
-                guard var mine = asids.removeValue(forKey: asid) else {
-                    asids[asid] = theirs
-                    continue
-                }
-                mine.merge(theirs)
-                asids[asid] = mine
-            }
-            for (friend, first) in other.mentions { mention(friend, first) }
+            logins.append(contentsOf: other.logins)
+            mentions.merge(other.mentions)
             other = Facts()
         }
     }
@@ -423,20 +374,31 @@ package struct ProjectionBuilder {
             return events
         }
 
-        /// Adds the spilled logins of `partition` to `facts` and deletes their file.
+        /// Adds the spilled logins of `partition` to `facts`, and the mentions of its ASIDs, and
+        /// deletes their files.
         func takeLogins(_ partition: Int, into facts: inout Facts) throws {
-            try logins[partition]?.forEach { row in
-                let asid = row.string(), at = row.int(), eventID = row.string(), email = row.optionalString(), tfb = row.optionalString()
-                let friends = row.optionalString(), declinesFriends = row.byte() == 1, limited = row.byte() == 1
-                let (app, device) = limited ? (row.string(), row.string()) : ("", "")
-                facts.add(LoginRow(asid: asid, key: EventKey(at: at, eventID: eventID), limited: limited, app: app, device: device,
-                                   email: email, tfb: tfb, friends: friends, declinesFriends: declinesFriends),
-                          mentions: { [ranges] in ranges.partition(asid: $0) == partition })
+            if let file = logins[partition] {
+                facts.logins.reserveCapacity(for: file)
+                try file.forEach { row in
+                    let asid = row.text(), at = row.int(), eventID = row.text()
+                    let email = row.byte() == 1 ? row.text() : nil, tfb = row.byte() == 1 ? row.text() : nil
+                    let friends = row.byte() == 1 ? row.text() : nil
+                    let declinesFriends = row.byte() == 1, limited = row.byte() == 1
+                    let app = limited ? row.text() : nil, device = limited ? row.text() : nil
+                    facts.logins.append(at: at, limited: limited, declinesFriends: declinesFriends, asid: asid, eventID: eventID,
+                                        email: email, tfb: tfb, friends: friends, app: app, device: device)
+                    // The friends in other partitions were spilled to theirs (`mentions`).
+                    guard let friends else { return }
+                    facts.mentions.lower(list: friends.assumingMemoryBound(to: UInt8.self), at: at,
+                                         eventID: eventID.assumingMemoryBound(to: UInt8.self),
+                                         accepts: { [ranges] in ranges.partition(asid: $0) == partition })
+                }
             }
             logins[partition] = nil
             try mentions[partition]?.forEach { row in
-                let friend = row.string(), at = row.int()
-                facts.mention(friend, EventKey(at: at, eventID: row.string()))
+                let friend = row.text(), at = row.int(), eventID = row.text()
+                facts.mentions.lower(friend.assumingMemoryBound(to: UInt8.self), at: at,
+                                     eventID: eventID.assumingMemoryBound(to: UInt8.self))
             }
             mentions[partition] = nil
         }
@@ -464,30 +426,21 @@ package struct ProjectionBuilder {
     }
 
     /// A partition's ASIDs folded into their rows, in key order (the bytes' order, as SQLite
-    /// compares them): sorted once for every projection. The aggregates stay where they are:
-    /// indices are sorted, by the ASIDs' first 8 bytes (`DeviceEvents.prefix`) and their bytes
-    /// on a tie, and each projection reads its part of each aggregate. Sorting the aggregates,
-    /// or handing each projection whole ones, copied every aggregate several times: a fifth,
-    /// then two fifths, of this preparation's time.
+    /// compares them): the logins are sorted once, by ASID and event key, and each projection
+    /// takes its rows from each ASID's logins in event time.
     private static func prepare(
         _ facts: consuming Facts, friends spill: FriendsProjection.BulkSpill?
     ) throws -> PreparedASIDs {
-        let asids = Array(facts.asids.keys), aggregates = Array(facts.asids.values)
+        var logins = facts.logins
         let mentions = facts.mentions
-        facts = Facts()
-        var order = asids.indices.map { i in
-            var asid = asids[i]
-            return (prefix: asid.withUTF8 { DeviceEvents.prefix($0, 0, UInt32(min($0.count, 8))) }, index: i)
+        facts = Facts() // the logins are sorted in place
+        var prepared = PreparedASIDs(friends: FriendsProjection.BulkRows(mentions: mentions.sorted()))
+        try logins.forEachASID { asid, logins in
+            IdentitiesProjection.addBulk(asid, logins, to: &prepared.identities)
+            AccessProjection.addBulk(asid, logins, to: &prepared.access)
+            try FriendsProjection.addBulk(asid, logins, to: &prepared.friends, spill: spill)
         }
-        order.sort { a, b in a.prefix != b.prefix ? a.prefix < b.prefix : asids[a.index].bytesPrecede(asids[b.index]) }
-        let sorted = order.lazy.map(\.index)
-        return PreparedASIDs(
-            identities: IdentitiesProjection.prepareBulk(
-                sorted.map { (asid: asids[$0], fold: aggregates[$0].identity) }),
-            access: AccessProjection.prepareBulk(sorted.map { (asid: asids[$0], logins: aggregates[$0].access) }),
-            friends: try FriendsProjection.prepareBulk(
-                snapshots: sorted.filter { aggregates[$0].hasSnapshot }.map { (asids[$0], aggregates[$0].snapshot) },
-                mentions: mentions, spill: spill))
+        return prepared
     }
 }
 
@@ -513,8 +466,8 @@ package final class Handoff<T>: @unchecked Sendable {
 /// exactly one partition; friend edges can come from several, so they are spilled and loaded
 /// after the last partition (`FriendsProjection.BulkSpill`).
 private struct PreparedASIDs {
-    var identities: IdentitiesProjection.BulkRows
-    var access: AccessProjection.BulkRows
+    var identities = IdentitiesProjection.BulkRows()
+    var access = AccessProjection.BulkRows()
     var friends: FriendsProjection.BulkRows
 }
 

@@ -1,0 +1,306 @@
+import IdreconDomain
+import IdreconLog
+
+extension ProjectionBuilder {
+    /// A partition's logins, packed as `DeviceEvents` packs device events: one fixed-size entry
+    /// per login that holds no reference, and the texts back to back in one byte buffer. Sorted
+    /// by ASID (bytes) and then event key, each ASID's logins are consecutive and in event time,
+    /// so every projection takes its rows from one pass in key order, and a text becomes a
+    /// `String` only where a row keeps it. (Aggregated login by login into a dictionary of ASIDs,
+    /// each login's texts made `String`s, the partition's logins took as long to gather as the
+    /// writer took to load their rows.)
+    package struct LoginEvents {
+        struct Entry {
+            var at: Int64
+            /// Where the entry's texts start in `bytes`: ASID, event ID, email key, TFB key, friend
+            /// list, app ID and device ID (the last two of limited logins only).
+            var offset: Int
+            /// The ASID's first 16 bytes as two big-endian integers (`DeviceEvents.prefix`): the
+            /// sort reads the bytes only on a tie (ASIDs of 15 digits share their first 8).
+            var asidPrefix: UInt64, asidNext: UInt64
+            var asidLength: UInt32, eventIDLength: UInt32, emailLength: UInt32, tfbLength: UInt32
+            var friendsLength: UInt32, appLength: UInt32, deviceLength: UInt32
+            /// Which optional texts are present, and the login's kind (`Flag`).
+            var flags: UInt8
+        }
+
+        enum Flag {
+            static let email: UInt8 = 1, tfb: UInt8 = 2, friends: UInt8 = 4, declinesFriends: UInt8 = 8, limited: UInt8 = 16
+        }
+
+        private(set) var entries: [Entry] = []
+        private(set) var bytes: [UInt8] = []
+
+        init() {}
+
+        var count: Int { entries.count }
+
+        /// Room for what `file` holds (`SpilledFacts`' login records).
+        mutating func reserveCapacity(for file: SpillFile) {
+            entries.reserveCapacity(entries.count + file.records)
+            bytes.reserveCapacity(bytes.count + max(0, file.bytes - file.records * Self.spilledOverhead))
+        }
+
+        /// A login record's bytes besides its texts: its length, time, five text lengths, three
+        /// presence bytes and two flags.
+        private static let spilledOverhead = 4 + 8 + 5 * 4 + 3 + 2
+
+        /// Appends one login; `app` and `device` are kept for limited logins only.
+        mutating func append(
+            at: Int64, limited: Bool, declinesFriends: Bool, asid: UnsafeRawBufferPointer, eventID: UnsafeRawBufferPointer,
+            email: UnsafeRawBufferPointer?, tfb: UnsafeRawBufferPointer?, friends: UnsafeRawBufferPointer?,
+            app: UnsafeRawBufferPointer?, device: UnsafeRawBufferPointer?
+        ) {
+            let offset = bytes.count
+            func add(_ text: UnsafeRawBufferPointer?) -> UInt32 {
+                guard let text else { return 0 }
+                bytes.append(contentsOf: text)
+                return UInt32(truncatingIfNeeded: text.count)
+            }
+            let asidLength = add(asid), eventIDLength = add(eventID), emailLength = add(email), tfbLength = add(tfb)
+            let friendsLength = add(friends)
+            let appLength = limited ? add(app) : 0, deviceLength = limited ? add(device) : 0
+            var flags: UInt8 = 0
+            if email != nil { flags |= Flag.email }
+            if tfb != nil { flags |= Flag.tfb }
+            if friends != nil { flags |= Flag.friends }
+            if declinesFriends { flags |= Flag.declinesFriends }
+            if limited { flags |= Flag.limited }
+            let prefixes = bytes.withUnsafeBufferPointer { base in
+                (DeviceEvents.prefix(base, offset, asidLength),
+                 DeviceEvents.prefix(base, offset + 8, asidLength > 8 ? asidLength - 8 : 0))
+            }
+            entries.append(Entry(
+                at: at, offset: offset, asidPrefix: prefixes.0, asidNext: prefixes.1, asidLength: asidLength,
+                eventIDLength: eventIDLength, emailLength: emailLength, tfbLength: tfbLength, friendsLength: friendsLength,
+                appLength: appLength, deviceLength: deviceLength, flags: flags))
+        }
+
+        /// Appends one login of the log's scan.
+        mutating func append(_ login: LoginRow) {
+            func with<R>(_ text: String?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
+                guard var text else { return body(nil) }
+                return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+            }
+            with(login.asid) { asid in with(login.key.eventID) { eventID in with(login.email) { email in
+                with(login.tfb) { tfb in with(login.friends) { friends in with(login.app) { app in with(login.device) { device in
+                    append(at: login.key.at, limited: login.limited, declinesFriends: login.declinesFriends, asid: asid!,
+                           eventID: eventID!, email: email, tfb: tfb, friends: friends, app: app, device: device)
+                } } } }
+            } } }
+        }
+
+        /// Appends another part's logins (the other half of a scan).
+        mutating func append(contentsOf other: LoginEvents) {
+            let shift = bytes.count
+            bytes += other.bytes
+            entries.reserveCapacity(entries.count + other.entries.count)
+            for var entry in other.entries {
+                entry.offset += shift
+                entries.append(entry)
+            }
+        }
+
+        /// Calls `body` with each ASID, in key order (its bytes'), and its logins in event time.
+        /// Sorts the logins in place.
+        mutating func forEachASID(_ body: (String, [BulkLogin]) throws -> Void) rethrows {
+            try bytes.withUnsafeBufferPointer { base in
+                entries.sort { a, b in
+                    if let order = Self.asidOrder(a, b, base) { return order }
+                    return a.at != b.at ? a.at < b.at : String.bytesPrecede(BulkLogin(a, base).eventID, BulkLogin(b, base).eventID)
+                }
+                var logins: [BulkLogin] = []
+                var start = 0
+                guard !entries.isEmpty else { return }
+                for end in 1...entries.count where end == entries.count || Self.asidOrder(entries[start], entries[end], base) != nil {
+                    logins.removeAll(keepingCapacity: true)
+                    for i in start..<end { logins.append(BulkLogin(entries[i], base)) }
+                    try body(String(decoding: logins[0].asid, as: UTF8.self), logins)
+                    start = end
+                }
+            }
+        }
+
+        /// Whether `a`'s ASID precedes `b`'s; nil when they are the same ASID. Equal prefixes of
+        /// equal lengths within the prefixes are equal texts; otherwise the bytes decide.
+        private static func asidOrder(_ a: Entry, _ b: Entry, _ base: UnsafeBufferPointer<UInt8>) -> Bool? {
+            if a.asidPrefix != b.asidPrefix { return a.asidPrefix < b.asidPrefix }
+            if a.asidNext != b.asidNext { return a.asidNext < b.asidNext }
+            guard a.asidLength != b.asidLength || a.asidLength > 16 else { return nil }
+            let x = BulkLogin(a, base).asid, y = BulkLogin(b, base).asid
+            return String.sameBytes(x, y) ? nil : String.bytesPrecede(x, y)
+        }
+    }
+
+    /// A partition's friend mentions: the earliest login whose list names each ASID, kept by
+    /// the bytes of the ASID in a table of its own (open addressing): a partition's logins name
+    /// about twice as many friends as there are logins, and a `String` and a dictionary lookup
+    /// for each were a tenth of the aggregation's time.
+    package struct Mentions {
+        private struct Item {
+            var offset: Int, eventIDOffset: Int, at: Int64
+            var length: UInt32, eventIDLength: UInt32
+            var hash: UInt64
+        }
+
+        private var items: [Item] = []
+        /// Indices into `items` + 1 (0 is an empty slot); a power of two, at most half full.
+        private var slots = [Int32](repeating: 0, count: 1024)
+        private var bytes: [UInt8] = []
+
+        init() {}
+
+        var count: Int { items.count }
+
+        /// A list named `friend` at (`at`, `eventID`): kept when earlier than what is kept.
+        mutating func lower(_ friend: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>) {
+            var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+            for byte in friend { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+            let mask = slots.count - 1
+            var slot = Int(truncatingIfNeeded: hash ^ hash >> 29) & mask
+            while slots[slot] != 0 {
+                let i = Int(slots[slot]) - 1
+                let item = items[i]
+                let (same, earlier) = bytes.withUnsafeBufferPointer { base in
+                    guard item.hash == hash, String.sameBytes(Self.slice(base, item.offset, item.length), friend) else {
+                        return (false, false)
+                    }
+                    return (true, at != item.at
+                        ? at < item.at : String.bytesPrecede(eventID, Self.slice(base, item.eventIDOffset, item.eventIDLength)))
+                }
+                guard same else {
+                    slot = (slot + 1) & mask
+                    continue
+                }
+                if earlier {
+                    items[i].at = at
+                    items[i].eventIDOffset = bytes.count
+                    items[i].eventIDLength = UInt32(truncatingIfNeeded: eventID.count)
+                    bytes.append(contentsOf: eventID)
+                }
+                return
+            }
+            let offset = bytes.count
+            bytes.append(contentsOf: friend)
+            bytes.append(contentsOf: eventID)
+            items.append(Item(offset: offset, eventIDOffset: offset + friend.count, at: at,
+                              length: UInt32(truncatingIfNeeded: friend.count),
+                              eventIDLength: UInt32(truncatingIfNeeded: eventID.count), hash: hash))
+            slots[slot] = Int32(items.count)
+            if items.count * 2 > slots.count { grow() }
+        }
+
+        private static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
+            UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
+        }
+
+        /// Every friend named in `list` (ASIDs joined by `,`) that `accepts` takes, at this login.
+        mutating func lower(
+            list: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>,
+            accepts: (UnsafeBufferPointer<UInt8>) -> Bool = { _ in true }
+        ) {
+            var start = 0
+            for i in 0...list.count where i == list.count || list[i] == LoggedEvent.friendSeparator {
+                defer { start = i + 1 }
+                guard i > start else { continue }
+                let friend = UnsafeBufferPointer(rebasing: list[start..<i])
+                if accepts(friend) { lower(friend, at: at, eventID: eventID) }
+            }
+        }
+
+        /// Adds another part's mentions.
+        mutating func merge(_ other: Mentions) {
+            other.bytes.withUnsafeBufferPointer { base in
+                for item in other.items {
+                    lower(Self.slice(base, item.offset, item.length), at: item.at,
+                          eventID: Self.slice(base, item.eventIDOffset, item.eventIDLength))
+                }
+            }
+        }
+
+        private mutating func grow() {
+            slots = [Int32](repeating: 0, count: slots.count * 2)
+            let mask = slots.count - 1
+            for (i, item) in items.enumerated() {
+                var slot = Int(truncatingIfNeeded: item.hash ^ item.hash >> 29) & mask
+                while slots[slot] != 0 { slot = (slot + 1) & mask }
+                slots[slot] = Int32(i + 1)
+            }
+        }
+
+        /// Each friend and its earliest mention, in key order (the bytes').
+        func sorted() -> [(key: String, value: EventKey)] {
+            bytes.withUnsafeBufferPointer { base in
+                func friend(_ item: Item) -> UnsafeBufferPointer<UInt8> { Self.slice(base, item.offset, item.length) }
+                var order = items.indices.map { i in
+                    (prefix: DeviceEvents.prefix(base, items[i].offset, min(items[i].length, 8)),
+                     next: DeviceEvents.prefix(base, items[i].offset + 8, items[i].length > 8 ? min(items[i].length - 8, 8) : 0),
+                     index: i)
+                }
+                order.sort { a, b in
+                    if a.prefix != b.prefix { return a.prefix < b.prefix }
+                    if a.next != b.next { return a.next < b.next }
+                    return String.bytesPrecede(friend(items[a.index]), friend(items[b.index]))
+                }
+                return order.map { entry in
+                    let item = items[entry.index]
+                    let eventID = Self.slice(base, item.eventIDOffset, item.eventIDLength)
+                    return (String(decoding: friend(item), as: UTF8.self),
+                            EventKey(at: item.at, eventID: String(decoding: eventID, as: UTF8.self)))
+                }
+            }
+        }
+    }
+}
+
+/// One login of a partition as the projections' bulk builds read it: a view of
+/// `ProjectionBuilder.LoginEvents`' bytes, valid while they are (`forEachASID`).
+struct BulkLogin {
+    private let entry: ProjectionBuilder.LoginEvents.Entry
+    private let base: UnsafeBufferPointer<UInt8>
+
+    fileprivate init(_ entry: ProjectionBuilder.LoginEvents.Entry, _ base: UnsafeBufferPointer<UInt8>) {
+        (self.entry, self.base) = (entry, base)
+    }
+
+    private typealias Flag = ProjectionBuilder.LoginEvents.Flag
+
+    /// The text of `length` bytes that starts `skipping` bytes into the entry's.
+    private func text(_ skipping: Int = 0, length: UInt32) -> UnsafeBufferPointer<UInt8> {
+        let start = entry.offset + skipping
+        return UnsafeBufferPointer(rebasing: base[start..<(start + Int(length))])
+    }
+
+    // Where each text starts in the entry's bytes (`LoginEvents.Entry.offset`).
+    private var eventIDStart: Int { Int(entry.asidLength) }
+    private var emailStart: Int { eventIDStart + Int(entry.eventIDLength) }
+    private var tfbStart: Int { emailStart + Int(entry.emailLength) }
+    private var friendsStart: Int { tfbStart + Int(entry.tfbLength) }
+    private var appStart: Int { friendsStart + Int(entry.friendsLength) }
+
+    fileprivate var asid: UnsafeBufferPointer<UInt8> { text(length: entry.asidLength) }
+    fileprivate var eventID: UnsafeBufferPointer<UInt8> { text(eventIDStart, length: entry.eventIDLength) }
+
+    var at: Int64 { entry.at }
+    /// The login's event key (a `String` of its event ID: take it once per login kept).
+    var key: EventKey { EventKey(at: entry.at, eventID: String(decoding: eventID, as: UTF8.self)) }
+    var limited: Bool { entry.flags & Flag.limited != 0 }
+    var declinesFriends: Bool { entry.flags & Flag.declinesFriends != 0 }
+    var hasFriends: Bool { entry.flags & Flag.friends != 0 }
+
+    /// The login's email key; nil when it has none.
+    var email: UnsafeBufferPointer<UInt8>? { entry.flags & Flag.email != 0 ? text(emailStart, length: entry.emailLength) : nil }
+    /// The login's TFB key; nil when it has none.
+    var tfb: UnsafeBufferPointer<UInt8>? { entry.flags & Flag.tfb != 0 ? text(tfbStart, length: entry.tfbLength) : nil }
+
+    /// The friend list as logged (ASIDs joined by `,`); nil when absent.
+    var friends: String? {
+        hasFriends ? String(decoding: text(friendsStart, length: entry.friendsLength), as: UTF8.self) : nil
+    }
+
+    /// Where a limited login came from; empty for an enabled one.
+    var app: String { String(decoding: text(appStart, length: entry.appLength), as: UTF8.self) }
+    var device: String {
+        String(decoding: text(appStart + Int(entry.appLength), length: entry.deviceLength), as: UTF8.self)
+    }
+}
