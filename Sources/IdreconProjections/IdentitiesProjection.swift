@@ -182,14 +182,21 @@ enum IdentitiesProjection: Projection {
         try writer.insertLinks(rows.links)
     }
 
-    /// After a bulk load (and its secondary indexes): counts the link keys and assigns every
-    /// ASID the identity of its connected component (union-find over the ASIDs sharing an
-    /// unambiguous key). One pass over the keys' index counts each key's ASIDs and joins them
-    /// once the key is judged (a count, then a join of the keys with the link keys, read it
-    /// twice: 2.1 s of a 10M finish).
-    static func finishBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws {
+    /// A bulk load's link keys counted and judged, and its ASIDs' identities (`judgeBulk`).
+    struct BulkJudgement {
+        fileprivate var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
+        /// The ASIDs that take another's user ID, in key order.
+        fileprivate var moves: [(asid: String, userID: String)] = []
+    }
+
+    /// After a bulk load, on a reader while the writer builds the secondary indexes: counts
+    /// the link keys and assigns every ASID the identity of its connected component
+    /// (union-find over the ASIDs sharing an unambiguous key). One pass over the keys in key
+    /// order counts each key's ASIDs and joins them once the key is judged (a count, then a
+    /// join of the keys with the link keys, read it twice: 2.1 s of a 10M finish).
+    static func judgeBulk(_ db: Database, _ t: ProjectionTables, config: IdentityConfig) throws -> BulkJudgement {
         let blocked = Set(config.blockedKeys)
-        var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
+        var judgement = BulkJudgement()
         var index: [String: Int32] = [:]
         var names: [String] = []
         var components = IdentityRules.Components()
@@ -197,7 +204,7 @@ enum IdentitiesProjection: Projection {
         func judge() {
             guard let key else { return }
             let ambiguity = config.ambiguity(key: key, asids: members.count, blocked: blocked)
-            keys.append((key, members.count, ambiguity))
+            judgement.keys.append((key, members.count, ambiguity))
             if ambiguity == nil {
                 var previous: Int32 = -1
                 for asid in members {
@@ -224,8 +231,6 @@ enum IdentitiesProjection: Projection {
             members.append(row.string(1))
         }
         judge()
-        try Rows(db, t).insertLinkKeys(keys)
-        keys = []
         // Only the members of groups (two ASIDs or more) take another's user ID. Their first
         // logins are read in one pass in key order and the new user IDs written in key order:
         // a seek per member in group order, and an update each, were random reads and writes
@@ -237,16 +242,22 @@ enum IdentitiesProjection: Projection {
         try BulkStatement(db, "SELECT asid, first_login_at, first_login_event FROM \(t.asids)").each { row in
             if let i = index[row.string(0)], grouped[Int(i)] { firsts[Int(i)] = EventKey(at: row.int(1), eventID: row.string(2)) }
         }
-        var moves: [(asid: String, userID: String)] = []
         for group in groups {
             let members = group.compactMap { i in firsts[Int(i)].map { (asid: names[Int(i)], firstLogin: $0) } }
             guard !members.isEmpty else { continue }
             let userID = IdentityRules.userID(members: members)
-            for member in members where !("u:" + member.asid).sameBytes(as: userID) { moves.append((member.asid, userID)) }
+            for member in members where !("u:" + member.asid).sameBytes(as: userID) { judgement.moves.append((member.asid, userID)) }
         }
-        moves.sort { $0.asid.bytesPrecede($1.asid) }
+        judgement.moves.sort { $0.asid.bytesPrecede($1.asid) }
+        return judgement
+    }
+
+    /// Writes what `judgeBulk` found: the link keys and the user IDs of the ASIDs that take
+    /// another's.
+    static func finishBulk(_ judgement: BulkJudgement, _ db: Database, _ t: ProjectionTables) throws {
         let rows = try Rows(db, t)
-        for move in moves { try rows.setUser(move.asid, move.userID) }
+        try rows.insertLinkKeys(judgement.keys)
+        for move in judgement.moves { try rows.setUser(move.asid, move.userID) }
     }
 
     // MARK: Rows

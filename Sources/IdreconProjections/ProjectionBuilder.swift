@@ -184,10 +184,21 @@ package struct ProjectionBuilder {
     }
 
     /// After `load`: builds the secondary indexes, counts the link keys and assigns every
-    /// ASID its identity (`user_id`) from the connected components over linking keys.
-    package func finish(_ db: Database) throws {
-        try tables.createIndexes(db)
-        try IdentitiesProjection.finishBulk(db, tables, config: config)
+    /// ASID its identity (`user_id`) from the connected components over linking keys. The
+    /// identities are judged on a reader while the writer builds the other projections'
+    /// indexes (the other core had nothing to do); the identities' indexes come after their
+    /// user IDs are written, which then move no index entries.
+    package func finish(_ pool: DatabasePool) throws {
+        let judged = Background { [tables, config] in
+            try pool.read { db in try IdentitiesProjection.judgeBulk(db, tables, config: config) }
+        }
+        let identities = ObjectIdentifier(IdentitiesProjection.self)
+        try pool.write { db in try tables.createIndexes(db) { ObjectIdentifier($0) != identities } }
+        let judgement = try judged.result().get()
+        try pool.write { db in
+            try IdentitiesProjection.finishBulk(judgement, db, tables)
+            try tables.createIndexes(db) { ObjectIdentifier($0) == identities }
+        }
     }
 
     // MARK: Scanning and folding

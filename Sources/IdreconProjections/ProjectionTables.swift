@@ -56,10 +56,10 @@ package struct ProjectionTables: Sendable {
         }
     }
 
-    /// The secondary indexes of the projections replay's scan loads.
-    package func createIndexes(_ db: Database) throws {
+    /// The secondary indexes of the projections replay's scan loads (those `including` takes).
+    package func createIndexes(_ db: Database, including: (any Projection.Type) -> Bool = { _ in true }) throws {
         precondition(generation > 0)
-        for projection in registry.projections where projection.bulk == .scan {
+        for projection in registry.projections where projection.bulk == .scan && including(projection) {
             try db.execute(sql: projection.createIndexes(generation: generation))
         }
     }

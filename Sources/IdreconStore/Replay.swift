@@ -142,7 +142,7 @@ extension EventStore {
         try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
         let liveAtSnapshot = try liveDigests?.result().get() ?? [:]
         let (_, loaded) = try concurrently(
-            { try pool.write { db in try builder.finish(db) } },
+            { try builder.finish(pool) },
             { comparing ? try self.digestsOnReader(tables, names: tables.loadedNames) : [:] })
         // Projections without a bulk load are folded as the live ones are, a chunk per transaction.
         let refolds = projections.projections.filter { $0.bulk == .refold }
