@@ -247,3 +247,15 @@ package struct BulkInsert {
         try insert(count: 1) { _, binder in bind(&binder) }
     }
 }
+
+extension Database {
+    /// Runs `body` with this connection's page cache at `kibibytes` (SQLite's sorter, which
+    /// `CREATE INDEX` and `ORDER BY` use, holds about that much too), then restores it: one
+    /// pass over a table needs little, and two sorts side by side each held the whole cache.
+    package func withPageCache<T>(kibibytes: Int, _ body: () throws -> T) throws -> T {
+        let previous = try Int.fetchOne(self, sql: "PRAGMA cache_size") ?? -2000
+        try execute(sql: "PRAGMA cache_size = -\(kibibytes)")
+        defer { try? execute(sql: "PRAGMA cache_size = \(previous)") }
+        return try body()
+    }
+}

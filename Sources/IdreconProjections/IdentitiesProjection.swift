@@ -45,8 +45,13 @@ enum IdentitiesProjection: Projection {
     static func createIndexes(generation g: Int) -> String {
         """
         CREATE INDEX asids_g\(g)_user ON asids_g\(g)(user_id);
-        CREATE INDEX asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);
+        \(createKeysIndex(generation: g))
         """
+    }
+
+    /// The ASIDs of each key, in key order: `judgeBulk` reads it, before the other indexes exist.
+    static func createKeysIndex(generation g: Int) -> String {
+        "CREATE INDEX IF NOT EXISTS asid_keys_g\(g)_key ON asid_keys_g\(g)(key, asid);"
     }
 
     // MARK: The fold
@@ -182,9 +187,30 @@ enum IdentitiesProjection: Projection {
         try writer.insertLinks(rows.links)
     }
 
+    /// Link keys, their ASIDs and their ambiguity (`KeyAmbiguity`'s raw value, 0 when none),
+    /// in one buffer.
+    struct PackedKeys {
+        fileprivate private(set) var bytes: [UInt8] = []
+        /// Where each key's bytes end.
+        fileprivate private(set) var ends: [Int] = []
+        fileprivate private(set) var asids: [Int32] = []
+        fileprivate private(set) var ambiguity: [UInt8] = []
+
+        var count: Int { ends.count }
+
+        mutating func append(_ key: String, asids count: Int, ambiguity judged: KeyAmbiguity?) {
+            bytes += key.utf8
+            ends.append(bytes.count)
+            asids.append(Int32(clamping: count))
+            ambiguity.append(UInt8(judged?.rawValue ?? 0))
+        }
+    }
+
     /// A bulk load's link keys counted and judged, and its ASIDs' identities (`judgeBulk`).
     struct BulkJudgement {
-        fileprivate var keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)] = []
+        /// The link keys in key order, packed (held while the writer builds indexes: as a
+        /// `String` and a tuple each, a 10M replay's 0.8M keys took 80 MB).
+        fileprivate var keys = PackedKeys()
         /// The ASIDs that take another's user ID, in key order.
         fileprivate var moves: [(asid: String, userID: String)] = []
     }
@@ -204,7 +230,7 @@ enum IdentitiesProjection: Projection {
         func judge() {
             guard let key else { return }
             let ambiguity = config.ambiguity(key: key, asids: members.count, blocked: blocked)
-            judgement.keys.append((key, members.count, ambiguity))
+            judgement.keys.append(key, asids: members.count, ambiguity: ambiguity)
             if ambiguity == nil {
                 var previous: Int32 = -1
                 for asid in members {
@@ -329,10 +355,13 @@ enum IdentitiesProjection: Projection {
         }
 
         /// Inserts a bulk build's link keys, in key order, into an empty table.
-        func insertLinkKeys(_ keys: [(key: String, asids: Int, ambiguity: KeyAmbiguity?)]) throws {
-            try insertKey.insert(count: keys.count) { i, binder in
-                let key = keys[i]
-                binder.add(key.key); binder.add(key.asids); binder.add(key.ambiguity?.rawValue ?? 0)
+        func insertLinkKeys(_ keys: PackedKeys) throws {
+            try keys.bytes.withUnsafeBytes { bytes in
+                try insertKey.insert(count: keys.count) { i, binder in
+                    let start = i == 0 ? 0 : Int(keys.ends[i - 1])
+                    binder.add(borrowed: UnsafeRawBufferPointer(rebasing: bytes[start..<Int(keys.ends[i])]))
+                    binder.add(Int(keys.asids[i])); binder.add(Int(keys.ambiguity[i]))
+                }
             }
         }
 

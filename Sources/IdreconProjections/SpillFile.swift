@@ -13,7 +13,7 @@ final class SpillFile {
     private let descriptor: Int32
     private let directory: String
     /// Records not yet written: each is a 4-byte length followed by its bytes.
-    private var pending = SpillRecord.Writer(bytes: [])
+    private var pending: SpillRecord.Writer
     /// Bytes buffered before a write (kept small: a replay writes to many files at once)
     /// and read at a time.
     private static let writeBuffer = 1 << 16, readBuffer = 1 << 20
@@ -28,21 +28,23 @@ final class SpillFile {
         self.directory = directory
         guard descriptor >= 0 else { throw Self.failure("create a temporary file in", directory) }
         _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
-        pending.bytes.reserveCapacity(Self.writeBuffer + 4096)
+        pending = SpillRecord.Writer(capacity: Self.writeBuffer + 4096)
     }
 
-    deinit { close(descriptor) }
+    deinit {
+        close(descriptor)
+        pending.deallocate()
+    }
 
     /// Appends one record, encoded by `encode`.
     func append(_ encode: (inout SpillRecord.Writer) -> Void) throws {
-        let start = pending.bytes.count
-        pending.bytes.append(contentsOf: [0, 0, 0, 0])
+        let start = pending.count
+        pending.add(UInt32(0))
         encode(&pending)
-        let length = UInt32(pending.bytes.count - start - 4).littleEndian
-        withUnsafeBytes(of: length) { for i in 0..<4 { pending.bytes[start + i] = $0[i] } }
+        pending.set(UInt32(pending.count - start - 4), at: start)
         records += 1
-        bytes += pending.bytes.count - start
-        if pending.bytes.count >= Self.writeBuffer { try flush() }
+        bytes += pending.count - start
+        if pending.count >= Self.writeBuffer { try flush() }
     }
 
     /// Reads every record from the start, in the order appended.
@@ -84,12 +86,12 @@ final class SpillFile {
 
     private func flush() throws {
         var written = 0
-        while written < pending.bytes.count {
-            let n = pending.bytes.withUnsafeBytes { raw in write(descriptor, raw.baseAddress! + written, raw.count - written) }
+        while written < pending.count {
+            let n = write(descriptor, pending.base + written, pending.count - written)
             guard n > 0 else { throw Self.failure("write a temporary file in", directory) }
             written += n
         }
-        pending.bytes.removeAll(keepingCapacity: true)
+        pending.count = 0
     }
 
     private static func failure(_ action: String, _ directory: String) -> IdreconError {
@@ -99,25 +101,54 @@ final class SpillFile {
 
 /// The byte encoding of spilled records: little-endian integers, length-prefixed UTF-8.
 enum SpillRecord {
+    /// Appends to a buffer it owns (`deallocate` frees it): stores, not `Array` appends, which
+    /// checked capacity and uniqueness for each value (a third of the scan's spilling).
     struct Writer {
-        var bytes: [UInt8]
+        private(set) var base: UnsafeMutableRawPointer
+        private var capacity: Int
+        fileprivate(set) var count = 0
 
-        mutating func add(_ value: Int64) { withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) } }
-        mutating func add(_ value: UInt8) { bytes.append(value) }
+        init(capacity: Int) {
+            base = .allocate(byteCount: capacity, alignment: 16)
+            self.capacity = capacity
+        }
+
+        func deallocate() { base.deallocate() }
+
+        private mutating func reserve(_ bytes: Int) {
+            guard count + bytes > capacity else { return }
+            let grown = Swift.max(capacity * 2, count + bytes)
+            let moved = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 16)
+            moved.copyMemory(from: base, byteCount: count)
+            base.deallocate()
+            (base, capacity) = (moved, grown)
+        }
+
+        private mutating func store<T: FixedWidthInteger>(_ value: T) {
+            reserve(MemoryLayout<T>.size)
+            base.storeBytes(of: value.littleEndian, toByteOffset: count, as: T.self)
+            count += MemoryLayout<T>.size
+        }
+
+        /// Overwrites 4 bytes written before (a record's length).
+        fileprivate func set(_ value: UInt32, at offset: Int) { base.storeBytes(of: value.littleEndian, toByteOffset: offset, as: UInt32.self) }
+
+        mutating func add(_ value: Int64) { store(value) }
+        mutating func add(_ value: UInt8) { store(value) }
+        fileprivate mutating func add(_ value: UInt32) { store(value) }
         mutating func add(_ value: String) {
             var value = value
-            value.withUTF8 { utf8 in
-                withUnsafeBytes(of: UInt32(utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
-                bytes.append(contentsOf: utf8)
-            }
+            value.withUTF8 { add(text: $0) }
         }
         mutating func add(_ value: String?) {
             if let value { add(UInt8(1)); add(value) } else { add(UInt8(0)) }
         }
         /// A text as `add(_: String)` writes it, from its UTF-8 bytes.
         mutating func add(text: UnsafeBufferPointer<UInt8>) {
-            withUnsafeBytes(of: UInt32(text.count).littleEndian) { bytes.append(contentsOf: $0) }
-            bytes.append(contentsOf: text)
+            reserve(4 + text.count)
+            base.storeBytes(of: UInt32(truncatingIfNeeded: text.count).littleEndian, toByteOffset: count, as: UInt32.self)
+            if let address = text.baseAddress { (base + count + 4).copyMemory(from: address, byteCount: text.count) }
+            count += 4 + text.count
         }
         /// An optional text as `add(_: String?)` writes it.
         mutating func add(optionalText text: UnsafeBufferPointer<UInt8>?) {

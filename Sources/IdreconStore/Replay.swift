@@ -216,9 +216,7 @@ extension EventStore {
     /// one pass needs none).
     private func digestsOnReader(_ tables: ProjectionTables, names: [String]) throws -> [String: String] {
         try pool.read { reader in
-            try reader.execute(sql: "PRAGMA cache_size = -4096")
-            defer { try? reader.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)") }
-            return try ProjectionTables.digests(reader, tables: tables, names: names)
+            try reader.withPageCache(kibibytes: 4096) { try ProjectionTables.digests(reader, tables: tables, names: names) }
         }
     }
 }
