@@ -115,6 +115,13 @@ package struct BulkStatement {
 
         private static let empty: StaticString = ""
 
+        /// Text bound as a copy (`SQLITE_TRANSIENT`), from bytes that need not outlive the call.
+        package mutating func add(copying text: UnsafeRawBufferPointer) {
+            let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
+            sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), Self.transient)
+            index += 1
+        }
+
         package mutating func add(_ value: String?) {
             guard var value else {
                 sqlite3_bind_null(handle, index)

@@ -359,7 +359,7 @@ enum IdentitiesProjection: Projection {
             try keys.bytes.withUnsafeBytes { bytes in
                 try insertKey.insert(count: keys.count) { i, binder in
                     let start = i == 0 ? 0 : Int(keys.ends[i - 1])
-                    binder.add(borrowed: UnsafeRawBufferPointer(rebasing: bytes[start..<Int(keys.ends[i])]))
+                    binder.add(copying: UnsafeRawBufferPointer(rebasing: bytes[start..<Int(keys.ends[i])]))
                     binder.add(Int(keys.asids[i])); binder.add(Int(keys.ambiguity[i]))
                 }
             }
