@@ -85,12 +85,10 @@ enum AccessProjection: Projection {
             last = (login.key, login.limited)
         }
 
-        /// Folds logins given in any order; `latest` is the ASID's latest login when `logins`
-        /// leave out enabled logins that precede every limited one (replay's aggregate).
-        static func of(_ logins: [Login], latest: (key: EventKey, limited: Bool)? = nil) -> Fold {
+        /// Folds logins given in any order.
+        static func of(_ logins: [Login]) -> Fold {
             var fold = Fold()
             for login in logins.sorted(by: { $0.key < $1.key }) { fold.add(login) }
-            if let latest, fold.last.map({ $0.key < latest.key }) ?? true { fold.last = latest }
             return fold
         }
     }

@@ -77,12 +77,6 @@ enum IdentitiesProjection: Projection {
                 keys.append((key, login))
             }
         }
-
-        /// Adds another fold of the same ASID (from another part of the log).
-        mutating func merge(_ other: Fold) {
-            if other.firstLogin < firstLogin { firstLogin = other.firstLogin }
-            for (key, first) in other.keys { addKey(key, at: first) }
-        }
     }
 
     // MARK: Live

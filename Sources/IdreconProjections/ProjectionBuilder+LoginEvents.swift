@@ -41,9 +41,10 @@ extension ProjectionBuilder {
             bytes.reserveCapacity(bytes.count + max(0, file.bytes - file.records * Self.spilledOverhead))
         }
 
-        /// A login record's bytes besides its texts: its length, time, five text lengths, three
-        /// presence bytes and two flags.
-        private static let spilledOverhead = 4 + 8 + 5 * 4 + 3 + 2
+        /// A login record's bytes besides its texts, at the least: its length, time, the ASID's
+        /// and event ID's lengths, three presence bytes and two flags (each optional text adds
+        /// a length; reserving less than the texts need would double the buffer).
+        private static let spilledOverhead = 4 + 8 + 2 * 4 + 3 + 2
 
         /// Appends one login; `app` and `device` are kept for limited logins only.
         mutating func append(
