@@ -118,7 +118,8 @@ package struct BulkStatement {
         /// Text bound as a copy (`SQLITE_TRANSIENT`), from bytes that need not outlive the call.
         package mutating func add(copying text: UnsafeRawBufferPointer) {
             let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
-            sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), Self.transient)
+            let chars = base.assumingMemoryBound(to: CChar.self)
+            sqlite3_bind_text(handle, index, chars, Int32(text.count), Self.transient)
             index += 1
         }
 

@@ -156,7 +156,8 @@ enum FriendsProjection: Projection {
         guard listed != nil || declined != nil else { return }
         var snapshot = FriendSnapshot()
         if let listed {
-            snapshot.apply(key: logins[listed].key, friends: logins[listed].friends.map(StoredFriendList.split), declinesFriends: false)
+            let friends = logins[listed].friends.map(StoredFriendList.split)
+            snapshot.apply(key: logins[listed].key, friends: friends, declinesFriends: false)
         }
         if let declined { snapshot.apply(key: logins[declined].key, friends: nil, declinesFriends: true) }
         rows.snapshots.append((asid, snapshot))

@@ -170,7 +170,9 @@ enum IdentitiesProjection: Projection {
             add(login.tfb, at: login)
         }
         rows.members.append((asid, fold.firstLogin))
-        for key in fold.keys.sorted(by: { $0.key.bytesPrecede($1.key) }) { rows.links.append((asid, key.key, key.first)) }
+        for key in fold.keys.sorted(by: { $0.key.bytesPrecede($1.key) }) {
+            rows.links.append((asid, key.key, key.first))
+        }
     }
 
     /// Writes a partition's ASIDs and their keys (replay), each with the provisional identity
@@ -266,7 +268,9 @@ enum IdentitiesProjection: Projection {
             let members = group.compactMap { i in firsts[Int(i)].map { (asid: names[Int(i)], firstLogin: $0) } }
             guard !members.isEmpty else { continue }
             let userID = IdentityRules.userID(members: members)
-            for member in members where !("u:" + member.asid).sameBytes(as: userID) { judgement.moves.append((member.asid, userID)) }
+            for member in members where !("u:" + member.asid).sameBytes(as: userID) {
+                judgement.moves.append((member.asid, userID))
+            }
         }
         judgement.moves.sort { $0.asid.bytesPrecede($1.asid) }
         return judgement

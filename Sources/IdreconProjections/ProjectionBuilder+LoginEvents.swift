@@ -1,5 +1,4 @@
 import IdreconDomain
-import IdreconLog
 
 extension ProjectionBuilder {
     /// A partition's logins, packed as `DeviceEvents` packs device events: one fixed-size entry
@@ -25,7 +24,8 @@ extension ProjectionBuilder {
         }
 
         enum Flag {
-            static let email: UInt8 = 1, tfb: UInt8 = 2, friends: UInt8 = 4, declinesFriends: UInt8 = 8, limited: UInt8 = 16
+            static let email: UInt8 = 1, tfb: UInt8 = 2, friends: UInt8 = 4
+            static let declinesFriends: UInt8 = 8, limited: UInt8 = 16
         }
 
         private(set) var entries: [Entry] = []
@@ -48,8 +48,9 @@ extension ProjectionBuilder {
 
         /// Appends one login; `app` and `device` are kept for limited logins only.
         mutating func append(
-            at: Int64, limited: Bool, declinesFriends: Bool, asid: UnsafeRawBufferPointer, eventID: UnsafeRawBufferPointer,
-            email: UnsafeRawBufferPointer?, tfb: UnsafeRawBufferPointer?, friends: UnsafeRawBufferPointer?,
+            at: Int64, limited: Bool, declinesFriends: Bool, asid: UnsafeRawBufferPointer,
+            eventID: UnsafeRawBufferPointer, email: UnsafeRawBufferPointer?, tfb: UnsafeRawBufferPointer?,
+            friends: UnsafeRawBufferPointer?,
             app: UnsafeRawBufferPointer?, device: UnsafeRawBufferPointer?
         ) {
             let offset = bytes.count
@@ -73,8 +74,8 @@ extension ProjectionBuilder {
             }
             entries.append(Entry(
                 at: at, offset: offset, asidPrefix: prefixes.0, asidNext: prefixes.1, asidLength: asidLength,
-                eventIDLength: eventIDLength, emailLength: emailLength, tfbLength: tfbLength, friendsLength: friendsLength,
-                appLength: appLength, deviceLength: deviceLength, flags: flags))
+                eventIDLength: eventIDLength, emailLength: emailLength, tfbLength: tfbLength,
+                friendsLength: friendsLength, appLength: appLength, deviceLength: deviceLength, flags: flags))
         }
 
         /// Appends one login of the log's scan.
@@ -84,10 +85,13 @@ extension ProjectionBuilder {
                 return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
             }
             with(login.asid) { asid in with(login.key.eventID) { eventID in with(login.email) { email in
-                with(login.tfb) { tfb in with(login.friends) { friends in with(login.app) { app in with(login.device) { device in
-                    append(at: login.key.at, limited: login.limited, declinesFriends: login.declinesFriends, asid: asid!,
-                           eventID: eventID!, email: email, tfb: tfb, friends: friends, app: app, device: device)
-                } } } }
+                with(login.tfb) { tfb in with(login.friends) { friends in
+                    with(login.app) { app in with(login.device) { device in
+                        append(at: login.key.at, limited: login.limited, declinesFriends: login.declinesFriends,
+                               asid: asid!, eventID: eventID!, email: email, tfb: tfb, friends: friends, app: app,
+                               device: device)
+                    } }
+                } }
             } } }
         }
 
@@ -108,12 +112,14 @@ extension ProjectionBuilder {
             try bytes.withUnsafeBufferPointer { base in
                 entries.sort { a, b in
                     if let order = Self.asidOrder(a, b, base) { return order }
-                    return a.at != b.at ? a.at < b.at : String.bytesPrecede(BulkLogin(a, base).eventID, BulkLogin(b, base).eventID)
+                    guard a.at == b.at else { return a.at < b.at }
+                    return String.bytesPrecede(BulkLogin(a, base).eventID, BulkLogin(b, base).eventID)
                 }
                 var logins: [BulkLogin] = []
                 var start = 0
                 guard !entries.isEmpty else { return }
-                for end in 1...entries.count where end == entries.count || Self.asidOrder(entries[start], entries[end], base) != nil {
+                for end in 1...entries.count
+                where end == entries.count || Self.asidOrder(entries[start], entries[end], base) != nil {
                     logins.removeAll(keepingCapacity: true)
                     for i in start..<end { logins.append(BulkLogin(entries[i], base)) }
                     try body(String(decoding: logins[0].asid, as: UTF8.self), logins)
@@ -166,8 +172,9 @@ extension ProjectionBuilder {
                     guard item.hash == hash, String.sameBytes(Self.slice(base, item.offset, item.length), friend) else {
                         return (false, false)
                     }
-                    return (true, at != item.at
-                        ? at < item.at : String.bytesPrecede(eventID, Self.slice(base, item.eventIDOffset, item.eventIDLength)))
+                    guard at == item.at else { return (true, at < item.at) }
+                    let kept = Self.slice(base, item.eventIDOffset, item.eventIDLength)
+                    return (true, String.bytesPrecede(eventID, kept))
                 }
                 guard same else {
                     slot = (slot + 1) & mask
@@ -191,20 +198,18 @@ extension ProjectionBuilder {
             if items.count * 2 > slots.count { grow() }
         }
 
-        private static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
+        private static func slice(
+            _ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32
+        ) -> UnsafeBufferPointer<UInt8> {
             UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
         }
 
-        /// Every friend named in `list` (ASIDs joined by `,`) that `accepts` takes, at this login.
+        /// Every friend named in `list` (`StoredFriendList`) that `accepts` takes, at this login.
         mutating func lower(
             list: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>,
             accepts: (UnsafeBufferPointer<UInt8>) -> Bool = { _ in true }
         ) {
-            var start = 0
-            for i in 0...list.count where i == list.count || list[i] == LoggedEvent.friendSeparator {
-                defer { start = i + 1 }
-                guard i > start else { continue }
-                let friend = UnsafeBufferPointer(rebasing: list[start..<i])
+            StoredFriendList.forEach(in: list) { friend in
                 if accepts(friend) { lower(friend, at: at, eventID: eventID) }
             }
         }
@@ -235,7 +240,8 @@ extension ProjectionBuilder {
                 func friend(_ item: Item) -> UnsafeBufferPointer<UInt8> { Self.slice(base, item.offset, item.length) }
                 var order = items.indices.map { i in
                     (prefix: DeviceEvents.prefix(base, items[i].offset, min(items[i].length, 8)),
-                     next: DeviceEvents.prefix(base, items[i].offset + 8, items[i].length > 8 ? min(items[i].length - 8, 8) : 0),
+                     next: DeviceEvents.prefix(
+                        base, items[i].offset + 8, items[i].length > 8 ? items[i].length - 8 : 0),
                      index: i)
                 }
                 order.sort { a, b in
@@ -290,7 +296,9 @@ struct BulkLogin {
     var hasFriends: Bool { entry.flags & Flag.friends != 0 }
 
     /// The login's email key; nil when it has none.
-    var email: UnsafeBufferPointer<UInt8>? { entry.flags & Flag.email != 0 ? text(emailStart, length: entry.emailLength) : nil }
+    var email: UnsafeBufferPointer<UInt8>? {
+        entry.flags & Flag.email != 0 ? text(emailStart, length: entry.emailLength) : nil
+    }
     /// The login's TFB key; nil when it has none.
     var tfb: UnsafeBufferPointer<UInt8>? { entry.flags & Flag.tfb != 0 ? text(tfbStart, length: entry.tfbLength) : nil }
 

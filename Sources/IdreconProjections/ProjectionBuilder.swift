@@ -191,7 +191,8 @@ package struct ProjectionBuilder {
     /// sides keep a small page cache meanwhile: with the writer's 32 MB, its sorts and the
     /// judgement side by side took a 10M replay's peak from 265 to 457 MB (343 with 8 MB).
     package func finish(_ pool: DatabasePool) throws {
-        try pool.write { db in try db.execute(sql: IdentitiesProjection.createKeysIndex(generation: tables.generation)) }
+        let keysIndex = IdentitiesProjection.createKeysIndex(generation: tables.generation)
+        try pool.write { db in try db.execute(sql: keysIndex) }
         let judged = Background { [tables, config] in
             try pool.read { db in
                 try db.withPageCache(kibibytes: 4096) { try IdentitiesProjection.judgeBulk(db, tables, config: config) }
@@ -199,7 +200,9 @@ package struct ProjectionBuilder {
         }
         let identities = ObjectIdentifier(IdentitiesProjection.self)
         try pool.write { db in
-            try db.withPageCache(kibibytes: 8192) { try tables.createIndexes(db) { ObjectIdentifier($0) != identities } }
+            try db.withPageCache(kibibytes: 8192) {
+                try tables.createIndexes(db) { ObjectIdentifier($0) != identities }
+            }
         }
         let judgement = try judged.result().get()
         try pool.write { db in
@@ -245,14 +248,14 @@ package struct ProjectionBuilder {
         init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Collector? = nil) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
-            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.devices.append($0) }, login: { login in
+            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.devices.append($0) }) { login in
                 facts.logins.append(login)
                 guard var friends = login.friends else { return }
                 var eventID = login.key.eventID
                 friends.withUTF8 { list in
                     eventID.withUTF8 { eventID in facts.mentions.lower(list: list, at: login.key.at, eventID: eventID) }
                 }
-            })
+            }
             self = facts
         }
 
@@ -368,13 +371,9 @@ package struct ProjectionBuilder {
                 }
                 // Each friend the list names, in the friend's partition when that is not the login's.
                 guard let friends = e.friends else { return }
-                var start = 0
-                for i in 0...friends.count where i == friends.count || friends[i] == LoggedEvent.friendSeparator {
-                    defer { start = i + 1 }
-                    guard i > start else { continue }
-                    let friend = UnsafeBufferPointer(rebasing: friends[start..<i])
+                try StoredFriendList.forEach(in: friends) { friend in
                     let partition = ranges.partition(asid: friend)
-                    guard partition != own else { continue }
+                    guard partition != own else { return }
                     try mentions[partition].append { out in out.add(text: friend); out.add(e.at); out.add(text: e.eventID) }
                 }
             }
@@ -403,8 +402,9 @@ package struct ProjectionBuilder {
                     let friends = row.byte() == 1 ? row.text() : nil
                     let declinesFriends = row.byte() == 1, limited = row.byte() == 1
                     let app = limited ? row.text() : nil, device = limited ? row.text() : nil
-                    facts.logins.append(at: at, limited: limited, declinesFriends: declinesFriends, asid: asid, eventID: eventID,
-                                        email: email, tfb: tfb, friends: friends, app: app, device: device)
+                    facts.logins.append(
+                        at: at, limited: limited, declinesFriends: declinesFriends, asid: asid, eventID: eventID,
+                        email: email, tfb: tfb, friends: friends, app: app, device: device)
                     // The friends in other partitions were spilled to theirs (`mentions`).
                     guard let friends else { return }
                     facts.mentions.lower(list: friends.assumingMemoryBound(to: UInt8.self), at: at,

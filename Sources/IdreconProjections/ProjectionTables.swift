@@ -118,12 +118,19 @@ package enum StoredFriendList {
         var stored = stored
         return stored.withUTF8 { bytes in
             var list: [String] = []
-            var start = 0
-            for i in 0...bytes.count where i == bytes.count || bytes[i] == UInt8(ascii: ",") {
-                if i > start { list.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)) }
-                start = i + 1
-            }
+            forEach(in: bytes) { list.append(String(decoding: $0, as: UTF8.self)) }
             return list
+        }
+    }
+
+    /// Calls `body` with the bytes of each ASID of a stored list, in order.
+    package static func forEach(
+        in stored: UnsafeBufferPointer<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) throws -> Void
+    ) rethrows {
+        var start = 0
+        for i in 0...stored.count where i == stored.count || stored[i] == LoggedEvent.friendSeparator {
+            if i > start { try body(UnsafeBufferPointer(rebasing: stored[start..<i])) }
+            start = i + 1
         }
     }
 }

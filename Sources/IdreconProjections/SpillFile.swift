@@ -131,7 +131,9 @@ enum SpillRecord {
         }
 
         /// Overwrites 4 bytes written before (a record's length).
-        fileprivate func set(_ value: UInt32, at offset: Int) { base.storeBytes(of: value.littleEndian, toByteOffset: offset, as: UInt32.self) }
+        fileprivate func set(_ value: UInt32, at offset: Int) {
+            base.storeBytes(of: value.littleEndian, toByteOffset: offset, as: UInt32.self)
+        }
 
         mutating func add(_ value: Int64) { store(value) }
         mutating func add(_ value: UInt8) { store(value) }
@@ -146,7 +148,8 @@ enum SpillRecord {
         /// A text as `add(_: String)` writes it, from its UTF-8 bytes.
         mutating func add(text: UnsafeBufferPointer<UInt8>) {
             reserve(4 + text.count)
-            base.storeBytes(of: UInt32(truncatingIfNeeded: text.count).littleEndian, toByteOffset: count, as: UInt32.self)
+            let length = UInt32(truncatingIfNeeded: text.count).littleEndian
+            base.storeBytes(of: length, toByteOffset: count, as: UInt32.self)
             if let address = text.baseAddress { (base + count + 4).copyMemory(from: address, byteCount: text.count) }
             count += 4 + text.count
         }

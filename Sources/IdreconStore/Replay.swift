@@ -216,7 +216,9 @@ extension EventStore {
     /// one pass needs none).
     private func digestsOnReader(_ tables: ProjectionTables, names: [String]) throws -> [String: String] {
         try pool.read { reader in
-            try reader.withPageCache(kibibytes: 4096) { try ProjectionTables.digests(reader, tables: tables, names: names) }
+            try reader.withPageCache(kibibytes: 4096) {
+                try ProjectionTables.digests(reader, tables: tables, names: names)
+            }
         }
     }
 }

@@ -18,11 +18,13 @@ import Testing
         var expected: [[UInt8]: [EventKey]] = [:]
         for i in 0..<2_000 {
             let asid = Self.asids[Int.random(in: 0..<Self.asids.count, using: &rng)]
-            let key = EventKey(at: Int64.random(in: 0..<40, using: &rng), eventID: "ev-\(Int.random(in: 0..<1_000_000, using: &rng))-\(i)")
+            let eventID = "ev-\(Int.random(in: 0..<1_000_000, using: &rng))-\(i)"
+            let key = EventKey(at: Int64.random(in: 0..<40, using: &rng), eventID: eventID)
             let limited = Bool.random(using: &rng)
             logins.append(ProjectionBuilder.LoginRow(
                 asid: asid, key: key, limited: limited, app: limited ? "app" : "", device: limited ? "device-\(i)" : "",
-                email: i % 3 == 0 ? "email:\(asid)" : nil, tfb: nil, friends: i % 5 == 0 ? "x,y" : nil, declinesFriends: false))
+                email: i % 3 == 0 ? "email:\(asid)" : nil, tfb: nil, friends: i % 5 == 0 ? "x,y" : nil,
+                declinesFriends: false))
             expected[Array(asid.utf8), default: []].append(key)
         }
         var seen: [(asid: [UInt8], keys: [EventKey])] = []
@@ -39,7 +41,9 @@ import Testing
         // Enough friends to grow the table several times.
         let friends = Self.asids + (0..<5_000).map { "friend-\($0)" }
         for i in 0..<20_000 {
-            let list = (0..<Int.random(in: 1...4, using: &rng)).map { _ in friends[Int.random(in: 0..<friends.count, using: &rng)] }
+            let list = (0..<Int.random(in: 1...4, using: &rng)).map { _ in
+                friends[Int.random(in: 0..<friends.count, using: &rng)]
+            }
             let key = EventKey(at: Int64.random(in: 0..<100, using: &rng), eventID: "ev-\(i)")
             var stored = list.joined(separator: ","), eventID = key.eventID
             stored.withUTF8 { list in eventID.withUTF8 { mentions.lower(list: list, at: key.at, eventID: $0) } }
