@@ -164,7 +164,8 @@ extension ProjectionBuilder {
             slice(base, e.offset + Int(e.appLength) + Int(e.deviceLength), e.eventIDLength)
         }
 
-        private static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
+        /// The `length` bytes at `offset` (the packed texts of replay's entries).
+        static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
             UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
         }
     }

@@ -50,8 +50,7 @@ extension ProjectionBuilder {
         mutating func append(
             at: Int64, limited: Bool, declinesFriends: Bool, asid: UnsafeRawBufferPointer,
             eventID: UnsafeRawBufferPointer, email: UnsafeRawBufferPointer?, tfb: UnsafeRawBufferPointer?,
-            friends: UnsafeRawBufferPointer?,
-            app: UnsafeRawBufferPointer?, device: UnsafeRawBufferPointer?
+            friends: UnsafeRawBufferPointer?, app: UnsafeRawBufferPointer?, device: UnsafeRawBufferPointer?
         ) {
             let offset = bytes.count
             func add(_ text: UnsafeRawBufferPointer?) -> UInt32 {
@@ -59,40 +58,52 @@ extension ProjectionBuilder {
                 bytes.append(contentsOf: text)
                 return UInt32(truncatingIfNeeded: text.count)
             }
-            let asidLength = add(asid), eventIDLength = add(eventID), emailLength = add(email), tfbLength = add(tfb)
-            let friendsLength = add(friends)
-            let appLength = limited ? add(app) : 0, deviceLength = limited ? add(device) : 0
-            var flags: UInt8 = 0
-            if email != nil { flags |= Flag.email }
-            if tfb != nil { flags |= Flag.tfb }
-            if friends != nil { flags |= Flag.friends }
-            if declinesFriends { flags |= Flag.declinesFriends }
-            if limited { flags |= Flag.limited }
+            let lengths = (add(asid), add(eventID), add(email), add(tfb), add(friends),
+                           limited ? add(app) : 0, limited ? add(device) : 0)
+            appendEntry(at: at, offset: offset, lengths: lengths, flags: Self.flags(
+                email: email != nil, tfb: tfb != nil, friends: friends != nil, declinesFriends: declinesFriends,
+                limited: limited))
+        }
+
+        /// Appends one login of the log's scan.
+        mutating func append(_ login: LoginRow) {
+            let offset = bytes.count
+            func add(_ text: String?) -> UInt32 {
+                guard let text else { return 0 }
+                bytes += text.utf8
+                return UInt32(truncatingIfNeeded: text.utf8.count)
+            }
+            let lengths = (add(login.asid), add(login.key.eventID), add(login.email), add(login.tfb),
+                           add(login.friends), login.limited ? add(login.app) : 0,
+                           login.limited ? add(login.device) : 0)
+            appendEntry(at: login.key.at, offset: offset, lengths: lengths, flags: Self.flags(
+                email: login.email != nil, tfb: login.tfb != nil, friends: login.friends != nil,
+                declinesFriends: login.declinesFriends, limited: login.limited))
+        }
+
+        private static func flags(
+            email: Bool, tfb: Bool, friends: Bool, declinesFriends: Bool, limited: Bool
+        ) -> UInt8 {
+            (email ? Flag.email : 0) | (tfb ? Flag.tfb : 0) | (friends ? Flag.friends : 0)
+                | (declinesFriends ? Flag.declinesFriends : 0) | (limited ? Flag.limited : 0)
+        }
+
+        /// A login's text lengths, in the order of its texts in `bytes`.
+        private typealias Lengths = (
+            asid: UInt32, eventID: UInt32, email: UInt32, tfb: UInt32, friends: UInt32, app: UInt32, device: UInt32
+        )
+
+        /// The entry of a login whose texts were just appended at `offset`.
+        private mutating func appendEntry(at: Int64, offset: Int, lengths: Lengths, flags: UInt8) {
+            let asidLength = lengths.asid
             let prefixes = bytes.withUnsafeBufferPointer { base in
                 (DeviceEvents.prefix(base, offset, asidLength),
                  DeviceEvents.prefix(base, offset + 8, asidLength > 8 ? asidLength - 8 : 0))
             }
             entries.append(Entry(
                 at: at, offset: offset, asidPrefix: prefixes.0, asidNext: prefixes.1, asidLength: asidLength,
-                eventIDLength: eventIDLength, emailLength: emailLength, tfbLength: tfbLength,
-                friendsLength: friendsLength, appLength: appLength, deviceLength: deviceLength, flags: flags))
-        }
-
-        /// Appends one login of the log's scan.
-        mutating func append(_ login: LoginRow) {
-            func with<R>(_ text: String?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
-                guard var text else { return body(nil) }
-                return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
-            }
-            with(login.asid) { asid in with(login.key.eventID) { eventID in with(login.email) { email in
-                with(login.tfb) { tfb in with(login.friends) { friends in
-                    with(login.app) { app in with(login.device) { device in
-                        append(at: login.key.at, limited: login.limited, declinesFriends: login.declinesFriends,
-                               asid: asid!, eventID: eventID!, email: email, tfb: tfb, friends: friends, app: app,
-                               device: device)
-                    } }
-                } }
-            } } }
+                eventIDLength: lengths.eventID, emailLength: lengths.email, tfbLength: lengths.tfb,
+                friendsLength: lengths.friends, appLength: lengths.app, deviceLength: lengths.device, flags: flags))
         }
 
         /// Appends another part's logins (the other half of a scan).
@@ -161,20 +172,20 @@ extension ProjectionBuilder {
 
         /// A list named `friend` at (`at`, `eventID`): kept when earlier than what is kept.
         mutating func lower(_ friend: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>) {
-            var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-            for byte in friend { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+            let hash = UInt64(StableHash.key(utf8: friend))
             let mask = slots.count - 1
             var slot = Int(truncatingIfNeeded: hash ^ hash >> 29) & mask
             while slots[slot] != 0 {
                 let i = Int(slots[slot]) - 1
                 let item = items[i]
                 let (same, earlier) = bytes.withUnsafeBufferPointer { base in
-                    guard item.hash == hash, String.sameBytes(Self.slice(base, item.offset, item.length), friend) else {
+                    let kept = DeviceEvents.slice(base, item.offset, item.length)
+                    guard item.hash == hash, String.sameBytes(kept, friend) else {
                         return (false, false)
                     }
                     guard at == item.at else { return (true, at < item.at) }
-                    let kept = Self.slice(base, item.eventIDOffset, item.eventIDLength)
-                    return (true, String.bytesPrecede(eventID, kept))
+                    let keptEventID = DeviceEvents.slice(base, item.eventIDOffset, item.eventIDLength)
+                    return (true, String.bytesPrecede(eventID, keptEventID))
                 }
                 guard same else {
                     slot = (slot + 1) & mask
@@ -198,12 +209,6 @@ extension ProjectionBuilder {
             if items.count * 2 > slots.count { grow() }
         }
 
-        private static func slice(
-            _ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32
-        ) -> UnsafeBufferPointer<UInt8> {
-            UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
-        }
-
         /// Every friend named in `list` (`StoredFriendList`) that `accepts` takes, at this login.
         mutating func lower(
             list: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>,
@@ -218,8 +223,8 @@ extension ProjectionBuilder {
         mutating func merge(_ other: Mentions) {
             other.bytes.withUnsafeBufferPointer { base in
                 for item in other.items {
-                    lower(Self.slice(base, item.offset, item.length), at: item.at,
-                          eventID: Self.slice(base, item.eventIDOffset, item.eventIDLength))
+                    lower(DeviceEvents.slice(base, item.offset, item.length), at: item.at,
+                          eventID: DeviceEvents.slice(base, item.eventIDOffset, item.eventIDLength))
                 }
             }
         }
@@ -237,7 +242,9 @@ extension ProjectionBuilder {
         /// Each friend and its earliest mention, in key order (the bytes').
         func sorted() -> [(key: String, value: EventKey)] {
             bytes.withUnsafeBufferPointer { base in
-                func friend(_ item: Item) -> UnsafeBufferPointer<UInt8> { Self.slice(base, item.offset, item.length) }
+                func friend(_ item: Item) -> UnsafeBufferPointer<UInt8> {
+                    DeviceEvents.slice(base, item.offset, item.length)
+                }
                 var order = items.indices.map { i in
                     (prefix: DeviceEvents.prefix(base, items[i].offset, min(items[i].length, 8)),
                      next: DeviceEvents.prefix(
@@ -251,7 +258,7 @@ extension ProjectionBuilder {
                 }
                 return order.map { entry in
                     let item = items[entry.index]
-                    let eventID = Self.slice(base, item.eventIDOffset, item.eventIDLength)
+                    let eventID = DeviceEvents.slice(base, item.eventIDOffset, item.eventIDLength)
                     return (String(decoding: friend(item), as: UTF8.self),
                             EventKey(at: item.at, eventID: String(decoding: eventID, as: UTF8.self)))
                 }
