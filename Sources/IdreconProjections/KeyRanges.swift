@@ -10,9 +10,9 @@ import IdreconLog
 /// partitions took half again the time of the first.)
 struct KeyRanges: Sendable {
     /// The first key of each partition but the first, ascending, as bytes (the scan looks keys
-    /// up by the bytes SQLite returns).
-    private let deviceBytes: [(app: [UInt8], device: [UInt8])]
-    private let asidBytes: [[UInt8]]
+    /// up by the bytes SQLite returns): a device's app and device IDs, an ASID.
+    private let apps: ByteBounds, devices: ByteBounds
+    private let asids: ByteBounds
 
     /// Events and entities sampled per partition: enough to keep partitions within a few
     /// percent of each other, few enough to cost milliseconds.
@@ -46,9 +46,10 @@ struct KeyRanges: Sendable {
             ByteTextPair($0.string(0), $0.string(1))
         }
         let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
-        deviceBytes = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
-            .map { (Array($0.first.text.utf8), Array($0.second.text.utf8)) }
-        asidBytes = Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions).map { Array($0.text.utf8) }
+        let deviceBounds = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
+        apps = ByteBounds(deviceBounds.map { $0.first.text })
+        devices = ByteBounds(deviceBounds.map { $0.second.text })
+        asids = ByteBounds(Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions).map { $0.text })
     }
 
     /// Calls `body` with `columns` of the first event at or after each of `count` sequence
@@ -99,32 +100,89 @@ struct KeyRanges: Sendable {
 
     /// The partition of a device, by the bytes of its IDs.
     func partition(app: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>) -> Int {
-        var low = 0, high = deviceBytes.count
-        while low < high {
-            let middle = (low + high) / 2
-            let bound = deviceBytes[middle]
-            let atOrBelow = bound.app.withUnsafeBufferPointer { a in
-                if !String.sameBytes(a, app) { return String.bytesPrecede(a, app) }
-                return bound.device.withUnsafeBufferPointer { d in !String.bytesPrecede(device, d) }
-            }
-            if atOrBelow { low = middle + 1 } else { high = middle }
+        let app = ByteBounds.Probe(app), device = ByteBounds.Probe(device)
+        return apps.rank { bound in
+            let order = apps.compare(bound, app)
+            return order != 0 ? order : devices.compare(bound, device)
         }
-        return low
     }
 
     /// The partition of an ASID, by its bytes.
     func partition(asid: UnsafeBufferPointer<UInt8>) -> Int {
-        var low = 0, high = asidBytes.count
-        while low < high {
-            let middle = (low + high) / 2
-            if asidBytes[middle].withUnsafeBufferPointer({ !String.bytesPrecede(asid, $0) }) { low = middle + 1 } else { high = middle }
-        }
-        return low
+        let asid = ByteBounds.Probe(asid)
+        return asids.rank { asids.compare($0, asid) }
     }
 
     /// The partition of an ASID.
     func partition(asid: String) -> Int {
         var asid = asid
         return asid.withUTF8 { partition(asid: $0) }
+    }
+}
+
+/// Sorted texts laid out in one buffer for lookups by their bytes: the scan looks up each event's
+/// device and ASID and every friend its list names, over 30M lookups at 10M events. Each text's
+/// first 16 bytes, big-endian and zero-padded, decide most comparisons without reading the
+/// buffer (generated ASIDs share their first 8). Arrays of arrays cost a reference count and a
+/// pointer per probe, and the scan's time per event grew with the partitions (1M events in 45
+/// partitions: 0.80 s against 0.55 s in 5).
+struct ByteBounds: Sendable {
+    private let bytes: [UInt8]
+    private let entries: [(start: Int, count: Int, prefix: Prefix)]
+
+    /// A text's first 16 bytes, zero-padded, as two big-endian integers: compared as numbers,
+    /// they order as the bytes do.
+    typealias Prefix = (high: UInt64, low: UInt64)
+
+    init(_ texts: [String]) {
+        var bytes: [UInt8] = [], entries: [(start: Int, count: Int, prefix: Prefix)] = []
+        for text in texts {
+            let start = bytes.count
+            bytes += text.utf8
+            let prefix = bytes[start...].withUnsafeBufferPointer { Probe($0).prefix }
+            entries.append((start, bytes.count - start, prefix))
+        }
+        (self.bytes, self.entries) = (bytes, entries)
+    }
+
+    /// A text being looked up, with its prefix computed once.
+    struct Probe {
+        let text: UnsafeBufferPointer<UInt8>
+        let prefix: Prefix
+
+        init(_ text: UnsafeBufferPointer<UInt8>) {
+            var padded: (UInt64, UInt64) = (0, 0)
+            if let base = text.baseAddress {
+                withUnsafeMutableBytes(of: &padded) { $0.baseAddress!.copyMemory(from: base, byteCount: min(16, text.count)) }
+            }
+            (self.text, self.prefix) = (text, (UInt64(bigEndian: padded.0), UInt64(bigEndian: padded.1)))
+        }
+    }
+
+    /// The order of bound `index` against `probe`, as SQLite's BINARY collation orders text:
+    /// negative, zero or positive as the bound precedes, equals or follows it. Prefixes that
+    /// differ decide (padding is zero, so a text that ends first precedes one it is a prefix
+    /// of); equal ones and texts of at most 16 bytes, the lengths; longer texts, their bytes.
+    func compare(_ index: Int, _ probe: Probe) -> Int {
+        let entry = entries[index]
+        if entry.prefix != probe.prefix { return entry.prefix < probe.prefix ? -1 : 1 }
+        if entry.count <= 16, probe.text.count <= 16 {
+            return entry.count < probe.text.count ? -1 : entry.count == probe.text.count ? 0 : 1
+        }
+        return bytes.withUnsafeBufferPointer { all in
+            let bound = UnsafeBufferPointer(rebasing: all[entry.start..<entry.start + entry.count])
+            return String.sameBytes(bound, probe.text) ? 0 : String.bytesPrecede(bound, probe.text) ? -1 : 1
+        }
+    }
+
+    /// How many bounds are at or below a key, given each bound's order against it (`compare`):
+    /// the index of the key's partition.
+    func rank(_ order: (Int) -> Int) -> Int {
+        var low = 0, high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if order(middle) <= 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }

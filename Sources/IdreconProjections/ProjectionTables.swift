@@ -127,8 +127,9 @@ package enum StoredFriendList {
     package static func forEach(
         in stored: UnsafeBufferPointer<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) throws -> Void
     ) rethrows {
+        let separator = LoggedEvent.friendSeparator // read once: a global's accessor on every byte was 2 % of a scan
         var start = 0
-        for i in 0...stored.count where i == stored.count || stored[i] == LoggedEvent.friendSeparator {
+        for i in 0...stored.count where i == stored.count || stored[i] == separator {
             if i > start { try body(UnsafeBufferPointer(rebasing: stored[start..<i])) }
             start = i + 1
         }

@@ -12,8 +12,10 @@ import IdreconLog
 final class SpillFile {
     private let descriptor: Int32
     private let directory: String
-    /// Records not yet written: each is a 4-byte length followed by its bytes.
-    private var pending: SpillRecord.Writer
+    /// Records not yet written: each is a 4-byte length followed by its bytes. Only this
+    /// object's methods touch it, one at a time: unchecked, a replay's scan is spared two
+    /// dynamic exclusivity checks per record (a third of a million per 100,000 events).
+    @exclusivity(unchecked) private var pending: SpillRecord.Writer
     /// Bytes buffered before a write (kept small: a replay writes to many files at once)
     /// and read at a time.
     private static let writeBuffer = 1 << 16, readBuffer = 1 << 20
