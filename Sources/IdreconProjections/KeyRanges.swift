@@ -34,32 +34,53 @@ struct KeyRanges: Sendable {
     /// spread alike (active users' ASIDs cluster in key order), so the ranges split the sum
     /// of two samples weighted alike: events at evenly spaced sequence numbers (one seek
     /// each) and entities at even steps through the live projections' tables. When those
-    /// are empty the events alone decide.
-    init(_ db: Database, seqs: ClosedRange<Int64>, partitions: Int) throws {
+    /// are empty the events alone decide. Two snapshots of the log share the reads, each half of
+    /// the events' seeks and one of the tables: a log out of the page cache reads a page from
+    /// disk for each seek (11,520 at 10M events), and one reader took 3 s to do them all.
+    init(_ snapshots: (DatabaseSnapshot, DatabaseSnapshot), seqs: ClosedRange<Int64>, partitions: Int) throws {
         let samples = Int64(partitions * Self.samplesPerPartition)
-        var eventDevices: [ByteTextPair] = [], eventASIDs: [ByteText] = []
-        try Self.sampleEvents(db, seqs: seqs, count: samples, columns: "app_id, device_id, CASE WHEN type = 'login' THEN asid END") { row in
-            eventDevices.append(ByteTextPair(row.string(0), row.string(1)))
-            if let asid = row.optionalString(2) { eventASIDs.append(ByteText(asid)) }
+        let columns = "app_id, device_id, CASE WHEN type = 'login' THEN asid END"
+        /// Sampled events' devices and ASIDs (half of them), and every nth row of a live table.
+        typealias Half<Key> = (devices: [ByteTextPair], asids: [ByteText], live: [Key])
+        func events(_ db: Database, _ indices: Range<Int64>) throws -> ([ByteTextPair], [ByteText]) {
+            var devices: [ByteTextPair] = [], asids: [ByteText] = []
+            try Self.sampleEvents(db, seqs: seqs, count: samples, indices: indices, columns: columns) { row in
+                devices.append(ByteTextPair(row.string(0), row.string(1)))
+                if let asid = row.optionalString(2) { asids.append(ByteText(asid)) }
+            }
+            return (devices, asids)
         }
-        let liveDevices = try Self.everyNth(db, "devices", columns: "app_id, device_id", about: samples) {
-            ByteTextPair($0.string(0), $0.string(1))
-        }
-        let liveASIDs = try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) }
-        let deviceBounds = Self.boundaries(Self.weighted(eventDevices) + Self.weighted(liveDevices), partitions)
+        let (first, second) = try concurrently({
+            try snapshots.0.read { db -> Half<ByteTextPair> in
+                let (devices, asids) = try events(db, 0..<samples / 2)
+                let live = try Self.everyNth(db, "devices", columns: "app_id, device_id", about: samples) {
+                    ByteTextPair($0.string(0), $0.string(1))
+                }
+                return (devices, asids, live)
+            }
+        }, {
+            try snapshots.1.read { db -> Half<ByteText> in
+                let (devices, asids) = try events(db, samples / 2..<samples)
+                return (devices, asids, try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) })
+            }
+        })
+        let deviceBounds = Self.boundaries(Self.weighted(first.devices + second.devices) + Self.weighted(first.live), partitions)
         apps = ByteBounds(deviceBounds.map { $0.first.text })
         devices = ByteBounds(deviceBounds.map { $0.second.text })
-        asids = ByteBounds(Self.boundaries(Self.weighted(eventASIDs) + Self.weighted(liveASIDs), partitions).map { $0.text })
+        asids = ByteBounds(Self.boundaries(Self.weighted(first.asids + second.asids) + Self.weighted(second.live), partitions)
+            .map { $0.text })
     }
 
     /// Calls `body` with `columns` of the first event at or after each of `count` sequence
     /// numbers spaced evenly over `seqs`: one seek each.
+    /// `indices` picks some of them (all by default).
     static func sampleEvents(
-        _ db: Database, seqs: ClosedRange<Int64>, count: Int64, columns: String, _ body: (BulkStatement.Reader) throws -> Void
+        _ db: Database, seqs: ClosedRange<Int64>, count: Int64, indices: Range<Int64>? = nil, columns: String,
+        _ body: (BulkStatement.Reader) throws -> Void
     ) throws {
         let span = seqs.upperBound - seqs.lowerBound + 1
         let next = try BulkStatement(db, "SELECT \(columns) FROM events WHERE seq >= ? ORDER BY seq LIMIT 1")
-        for i in 0..<count {
+        for i in indices ?? 0..<count {
             let seq = seqs.lowerBound + span / count * i + span % count * i / count
             try next.each({ $0.add(seq) }, row: body)
         }
@@ -151,11 +172,9 @@ struct ByteBounds: Sendable {
         let prefix: Prefix
 
         init(_ text: UnsafeBufferPointer<UInt8>) {
-            var padded: (UInt64, UInt64) = (0, 0)
-            if let base = text.baseAddress {
-                withUnsafeMutableBytes(of: &padded) { $0.baseAddress!.copyMemory(from: base, byteCount: min(16, text.count)) }
-            }
-            (self.text, self.prefix) = (text, (UInt64(bigEndian: padded.0), UInt64(bigEndian: padded.1)))
+            let count = UInt32(clamping: text.count)
+            let prefix = ProjectionBuilder.DeviceEvents.prefix
+            (self.text, self.prefix) = (text, (prefix(text, 0, count), prefix(text, 8, count > 8 ? count - 8 : 0)))
         }
     }
 

@@ -120,7 +120,9 @@ extension EventStore {
         // log's keys: any that a bulk append (another writer's) left out are inserted first, if
         // this scan does not hand them over.
         if keys == nil, keyedThrough != nil { try pool.write { db in try LogKeys.restore(db) } }
-        let scan = { try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys) }
+        let scan = { [pool] in
+            try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys, readAhead: pool)
+        }
         let scanned = try keys.map { keys in
             try concurrently(scan, { [pool, last = seen.lastSeq] in try keys.fill(pool, scanned: last) }).0
         } ?? scan()
