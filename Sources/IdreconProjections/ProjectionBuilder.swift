@@ -91,13 +91,17 @@ package struct ProjectionBuilder {
 
         init(_ pool: DatabasePool, seqs: ClosedRange<Int64>) {
             work = Background { [self] in
+                // A small page cache: the pages are read for the kernel's cache, not this connection's
+                // (the pool's 32 MB for each of the two readers took a 1M replay's peak from 176 to 245 MB).
                 try pool.read { db in
-                    let statement = try db.makeStatement(sql: "SELECT count(*) FROM events WHERE seq BETWEEN ? AND ?")
-                    var low = seqs.lowerBound
-                    while low <= seqs.upperBound, !isStopped {
-                        let high = low + min(Self.chunk - 1, seqs.upperBound - low)
-                        _ = try Int64.fetchOne(statement, arguments: [low, high])
-                        low = high + 1
+                    try db.withPageCache(kibibytes: 256) {
+                        let statement = try db.makeStatement(sql: "SELECT count(*) FROM events WHERE seq BETWEEN ? AND ?")
+                        var low = seqs.lowerBound
+                        while low <= seqs.upperBound, !isStopped {
+                            let high = low + min(Self.chunk - 1, seqs.upperBound - low)
+                            _ = try Int64.fetchOne(statement, arguments: [low, high])
+                            low = high + 1
+                        }
                     }
                 }
             }
