@@ -18,6 +18,22 @@ import Testing
         return x.lexicographicallyPrecedes(y) ? -1 : x == y ? 0 : 1
     }
 
+    @Test func ranksWithAnyNumberOfBounds() {
+        let sorted = Self.texts.sorted { Self.order($0, $1) < 0 }
+        for count in 0...sorted.count {
+            let bounds = Array(sorted.prefix(count).enumerated().filter { $0.offset % 2 == 0 || count < 4 }.map(\.element))
+            let table = ByteBounds(bounds)
+            for text in Self.texts {
+                var key = text
+                key.withUTF8 { bytes in
+                    let expected = bounds.filter { Self.order($0, text) <= 0 }.count
+                    let probe = ByteBounds.Probe(bytes)
+                    #expect(table.rank { table.compare($0, probe) } == expected, "\(count) bounds, rank of \(text)")
+                }
+            }
+        }
+    }
+
     @Test func comparesAndRanksAsTheBytesOrder() {
         let bounds = Self.texts.sorted { Self.order($0, $1) < 0 }
         let table = ByteBounds(bounds)
