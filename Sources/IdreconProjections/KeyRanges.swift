@@ -172,9 +172,8 @@ struct ByteBounds: Sendable {
         let prefix: Prefix
 
         init(_ text: UnsafeBufferPointer<UInt8>) {
-            let count = UInt32(clamping: text.count)
-            let prefix = ProjectionBuilder.DeviceEvents.prefix
-            (self.text, self.prefix) = (text, (prefix(text, 0, count), prefix(text, 8, count > 8 ? count - 8 : 0)))
+            let (high, low) = ProjectionBuilder.DeviceEvents.prefix16(text, 0, UInt32(clamping: text.count))
+            (self.text, self.prefix) = (text, (high, low))
         }
     }
 

@@ -68,10 +68,9 @@ extension ProjectionBuilder {
             }
             let deviceOffset = offset + Int(app)
             let prefixes = bytes.withUnsafeBufferPointer { base in
-                (Self.prefix(base, offset, app), Self.prefix(base, deviceOffset, device),
-                 Self.prefix(base, deviceOffset + 8, device > 8 ? device - 8 : 0))
+                (Self.prefix(base, offset, app), Self.prefix16(base, deviceOffset, device))
             }
-            entries.append(Entry(at: at, offset: offset, appPrefix: prefixes.0, devicePrefix: prefixes.1, deviceNext: prefixes.2,
+            entries.append(Entry(at: at, offset: offset, appPrefix: prefixes.0, devicePrefix: prefixes.1.0, deviceNext: prefixes.1.1,
                                  appLength: app, deviceLength: device, eventIDLength: eventID,
                                  asidLength: asid ?? 0, isLogin: isLogin,
                                  tracking: Self.code(tracking), hasASID: asid != nil))
@@ -149,6 +148,12 @@ extension ProjectionBuilder {
             }
             let word = UInt64(bigEndian: start.loadUnaligned(as: UInt64.self))
             return count == 8 ? word : word & ~(UInt64.max >> (count * 8))
+        }
+
+        /// The first 16 of `length` bytes at `offset` as two `prefix`es: what the sorts and the
+        /// partition lookups compare before the bytes.
+        static func prefix16(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> (UInt64, UInt64) {
+            (prefix(base, offset, length), prefix(base, offset + 8, length > 8 ? length - 8 : 0))
         }
 
         static func app(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) -> String {

@@ -96,10 +96,7 @@ extension ProjectionBuilder {
         /// The entry of a login whose texts were just appended at `offset`.
         private mutating func appendEntry(at: Int64, offset: Int, lengths: Lengths, flags: UInt8) {
             let asidLength = lengths.asid
-            let prefixes = bytes.withUnsafeBufferPointer { base in
-                (DeviceEvents.prefix(base, offset, asidLength),
-                 DeviceEvents.prefix(base, offset + 8, asidLength > 8 ? asidLength - 8 : 0))
-            }
+            let prefixes = bytes.withUnsafeBufferPointer { base in DeviceEvents.prefix16(base, offset, asidLength) }
             entries.append(Entry(
                 at: at, offset: offset, asidPrefix: prefixes.0, asidNext: prefixes.1, asidLength: asidLength,
                 eventIDLength: lengths.eventID, emailLength: lengths.email, tfbLength: lengths.tfb,
@@ -246,10 +243,8 @@ extension ProjectionBuilder {
                     DeviceEvents.slice(base, item.offset, item.length)
                 }
                 var order = items.indices.map { i in
-                    (prefix: DeviceEvents.prefix(base, items[i].offset, min(items[i].length, 8)),
-                     next: DeviceEvents.prefix(
-                        base, items[i].offset + 8, items[i].length > 8 ? items[i].length - 8 : 0),
-                     index: i)
+                    let (prefix, next) = DeviceEvents.prefix16(base, items[i].offset, items[i].length)
+                    return (prefix: prefix, next: next, index: i)
                 }
                 order.sort { a, b in
                     if a.prefix != b.prefix { return a.prefix < b.prefix }
