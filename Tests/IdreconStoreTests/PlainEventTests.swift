@@ -26,6 +26,7 @@ import Testing
     func acceptsTheGeneratedStreamsValidEventsAsValidateDoes(uuids: Bool) {
         var config = GeneratorConfig(events: 20_000, seed: 7)
         config.uuidEventIDs = uuids
+        config.uuidNonces = uuids
         config.limitedPercent = 50
         var (valid, fast) = (0, 0)
         for line in EventStreamGenerator(config: config) {

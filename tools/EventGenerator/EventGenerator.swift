@@ -43,6 +43,9 @@ public struct GeneratorConfig: Sendable {
     /// Event IDs: `ev-<seed>-<n>` (increasing, as a producer's counter makes them) or random
     /// UUIDs (as many SDKs make them: they land all over the log's `event_id` index).
     public var uuidEventIDs = false
+    /// Nonces: `n<seed>x<n>` (increasing: they land at the end of the log's nonce index) or
+    /// random UUIDs (as the Facebook SDK makes one for each Limited Login).
+    public var uuidNonces = false
     /// Friend lists hold 0 to this many ASIDs.
     public var maxFriends = 7
     /// Each person uses 1 to this many devices per app.
@@ -219,7 +222,7 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         let eventIndex = produced
         var fields: [(key: String, value: JSONValue)] = [
             ("schema", .string(LoginEvent.schemaName)),
-            ("event_id", .string(config.uuidEventIDs ? uuid(eventIndex) : "ev-\(config.seed)-\(eventIndex)")),
+            ("event_id", .string(config.uuidEventIDs ? uuid(eventIndex, salt: 9) : "ev-\(config.seed)-\(eventIndex)")),
             ("occurred_at", .string(timestamp(clock))),
             ("app_id", .string(Self.apps[app])),
             ("device_id", .string(deviceID)),
@@ -259,7 +262,9 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         if limited, rng.chance(0.2) { granted.append("user_birthday") }
         fields.append(("granted_permissions", .array(granted.map(JSONValue.string))))
         if !declined.isEmpty { fields.append(("declined_permissions", .array(declined.map(JSONValue.string)))) }
-        if limited || rng.chance(0.5) { fields.append(("nonce", .string("n\(config.seed)x\(eventIndex)"))) }
+        if limited || rng.chance(0.5) {
+            fields.append(("nonce", .string(config.uuidNonces ? uuid(eventIndex, salt: 11) : "n\(config.seed)x\(eventIndex)")))
+        }
         if !limited, Self.business[app] == "A", rng.chance(0.7) {
             fields.append(("token_for_business", .string("tfb\(Self.business[app])\(String(h(8, UInt64(person)) % 1_000_000_007))")))
         }
@@ -267,14 +272,14 @@ public struct EventStreamGenerator: IteratorProtocol, Sequence {
         return fields
     }
 
-    /// A version-4-shaped UUID derived from the seed and the event's number (no draw from
+    /// A version-4-shaped UUID derived from the seed, the event's number and `salt` (no draw from
     /// `rng`: the rest of the stream is the same whatever the IDs).
-    private func uuid(_ index: Int) -> String {
+    private func uuid(_ index: Int, salt: UInt64) -> String {
         func hex(_ value: UInt64, _ digits: Int) -> String {
             let text = String(value, radix: 16)
             return String(repeating: "0", count: Swift.max(0, digits - text.count)) + text.suffix(digits)
         }
-        let a = h(9, UInt64(index)), b = h(10, UInt64(index))
+        let a = h(salt, UInt64(index)), b = h(salt + 1, UInt64(index))
         return "\(hex(a >> 32, 8))-\(hex((a >> 16) & 0xFFFF, 4))-4\(hex(a & 0xFFF, 3))-"
             + "\(hex(0x8000 | (b >> 48) & 0x3FFF, 4))-\(hex(b & 0xFFFF_FFFF_FFFF, 12))"
     }

@@ -35,6 +35,9 @@ struct GenerateCommand: ParsableCommand {
     @Option(name: .customLong("event-ids"), help: "Event IDs: sequential (ev-<seed>-<n>) or uuid (random UUIDs).")
     var eventIDs: EventIDStyle = .sequential
 
+    @Option(help: "Nonces: sequential (n<seed>x<n>) or uuid (random UUIDs, as the Facebook SDK makes them).")
+    var nonces: EventIDStyle = .sequential
+
     @Option(help: "Friend lists hold 0 to this many ASIDs.")
     var maxFriends = 7
 
@@ -69,6 +72,7 @@ struct GenerateCommand: ParsableCommand {
         config.duplicateFraction = duplicateFraction
         config.shuffleWindow = shuffleWindow
         config.uuidEventIDs = eventIDs == .uuid
+        config.uuidNonces = nonces == .uuid
         config.maxFriends = maxFriends
         config.maxDevicesPerApp = maxDevicesPerApp
         config.limitedPercent = limitedPercent
@@ -128,7 +132,7 @@ do {
     exit(code == .validationFailure ? 2 : code.rawValue)
 }
 
-/// How `idrecon-gen` makes event IDs.
+/// How `idrecon-gen` makes event IDs and nonces.
 enum EventIDStyle: String, ExpressibleByArgument, CaseIterable {
     case sequential, uuid
 }
