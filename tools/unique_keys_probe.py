@@ -85,7 +85,8 @@ while seq < a.keys:
     if seq // 1_000_000 > before // 1_000_000 or seq == a.keys:
         now, w = time.monotonic(), written()
         print(json.dumps({"mode": a.mode, "keys": seq, "seconds": round(now - mark, 2),
-                          "bytes_per_key": round((w - bytes0) / (seq - printed)), "levels": [s for s in sizes if s]}),
+                          "bytes_per_key": round((w - bytes0) / (seq - printed)),
+                          "keys_per_level": {i: size for i, size in enumerate(sizes) if size}}),
               flush=True)
         mark, bytes0, printed = now, w, seq
 db.close()
