@@ -172,8 +172,8 @@ struct ByteBounds: Sendable {
         let prefix: Prefix
 
         init(_ text: UnsafeBufferPointer<UInt8>) {
-            let (high, low) = ProjectionBuilder.DeviceEvents.prefix16(text, 0, UInt32(clamping: text.count))
-            (self.text, self.prefix) = (text, (high, low))
+            self.text = text
+            prefix = ProjectionBuilder.DeviceEvents.prefix16(text, 0, UInt32(clamping: text.count))
         }
     }
 

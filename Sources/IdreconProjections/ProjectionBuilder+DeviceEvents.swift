@@ -67,10 +67,11 @@ extension ProjectionBuilder {
                 return UInt32(truncatingIfNeeded: text.count)
             }
             let deviceOffset = offset + Int(app)
-            let prefixes = bytes.withUnsafeBufferPointer { base in
+            let (appPrefix, (devicePrefix, deviceNext)) = bytes.withUnsafeBufferPointer { base in
                 (Self.prefix(base, offset, app), Self.prefix16(base, deviceOffset, device))
             }
-            entries.append(Entry(at: at, offset: offset, appPrefix: prefixes.0, devicePrefix: prefixes.1.0, deviceNext: prefixes.1.1,
+            entries.append(Entry(at: at, offset: offset, appPrefix: appPrefix, devicePrefix: devicePrefix,
+                                 deviceNext: deviceNext,
                                  appLength: app, deviceLength: device, eventIDLength: eventID,
                                  asidLength: asid ?? 0, isLogin: isLogin,
                                  tracking: Self.code(tracking), hasASID: asid != nil))

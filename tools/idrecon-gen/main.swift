@@ -33,10 +33,10 @@ struct GenerateCommand: ParsableCommand {
     var shuffleWindow = 64
 
     @Option(name: .customLong("event-ids"), help: "Event IDs: sequential (ev-<seed>-<n>) or uuid (random UUIDs).")
-    var eventIDs: EventIDStyle = .sequential
+    var eventIDs: IDStyle = .sequential
 
     @Option(help: "Nonces: sequential (n<seed>x<n>) or uuid (random UUIDs, as the Facebook SDK makes them).")
-    var nonces: EventIDStyle = .sequential
+    var nonces: IDStyle = .sequential
 
     @Option(help: "Friend lists hold 0 to this many ASIDs.")
     var maxFriends = 7
@@ -133,6 +133,6 @@ do {
 }
 
 /// How `idrecon-gen` makes event IDs and nonces.
-enum EventIDStyle: String, ExpressibleByArgument, CaseIterable {
+enum IDStyle: String, ExpressibleByArgument, CaseIterable {
     case sequential, uuid
 }
