@@ -33,15 +33,16 @@ extension IdreconError {
 /// concern: they fold the log afterwards (`IdreconProjections`).
 package enum EventLog {
     package static func append(
-        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], forgotten: ForgottenASIDs
+        _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], forgotten: ForgottenASIDs,
+        keys unique: inout UniqueKeys
     ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
-        let findSeq = try db.cachedStatement(sql: "SELECT seq FROM events WHERE event_id = ?")
         let findPayload = try db.cachedStatement(sql: "SELECT payload FROM event_payloads WHERE seq = ?")
-        let findNonce = try db.cachedStatement(sql: "SELECT event_id FROM events WHERE app_id = ? AND nonce = ?")
-        // Uniqueness of event_id and (app_id, nonce) is the schema's job: try the insert,
-        // and only when it changed nothing look up which key was taken.
+        let findEventID = try BulkStatement(cached: db, "SELECT event_id FROM events WHERE seq = ?")
+        let findNonce = try BulkStatement(cached: db, "SELECT app_id, nonce FROM events WHERE seq = ?")
+        // Uniqueness of `event_id` and of `(app_id, nonce)` is the append's, in their runs: each
+        // key is looked up before the event is inserted and added with it.
         let insertEvent = try BulkStatement(cached: db, LoggedEvent.insertSQL)
         let insertPayload = try BulkStatement(cached: db, LoggedEvent.insertPayloadSQL)
         // The payloads of this batch's rows, written after all of them: each B-tree's new
@@ -49,9 +50,8 @@ package enum EventLog {
         // instead of every third page of the file (schemas/sql.md, "Payloads apart").
         var payloads: [(seq: Int64, image: LoggedEvent.Image)] = []
         var keys = try LogKeys.appending(db)
-        /// The logged payload of an `event_id`, from this batch's rows or the table.
-        func loggedPayload(_ eventID: String) throws -> String? {
-            guard let seq = try Int64.fetchOne(findSeq, arguments: [eventID]) else { return nil }
+        /// The logged payload of the event at `seq`, from this batch's rows or the table.
+        func loggedPayload(_ seq: Int64) throws -> String? {
             if let first = payloads.first, seq >= first.seq { // seqs rise through the batch
                 var (low, high) = (0, payloads.count)
                 while low < high {
@@ -123,19 +123,40 @@ package enum EventLog {
                 }
             }
             let source = try sourceID(records[index].origin.source)
-            let inserted = try image.insert(insertEvent, sourceID: source, position: records[index].origin.position) == 1
-            if inserted {
+            // The event logged under this one's `event_id`, else the one that holds its nonce.
+            let eventIDHash = image.eventIDHash
+            var logged: Int64?
+            for seq in try unique.eventIDs.seqs(hash: eventIDHash)
+            where try findEventID.first({ $0.add(seq) }, image.sameEventID) == true {
+                logged = seq
+                break
+            }
+            let nonceHash = image.nonceHash
+            var nonceHolder: Int64?
+            if logged == nil, let nonceHash {
+                for seq in try unique.nonces.seqs(hash: nonceHash)
+                where try findNonce.first({ $0.add(seq) }, image.sameNonce) == true {
+                    nonceHolder = seq
+                    break
+                }
+            }
+            var inserted = false
+            if logged == nil && nonceHolder == nil {
+                _ = try image.insert(insertEvent, sourceID: source, position: records[index].origin.position)
                 let seq = db.lastInsertedRowID
+                unique.eventIDs.add(hash: eventIDHash, seq: seq)
+                if let nonceHash { unique.nonces.add(hash: nonceHash, seq: seq) }
                 payloads.append((seq, image))
                 keys?.add(seq: seq, image)
+                inserted = true
             }
-            if let id = records[index].quarantineID,
-               try inserted || loggedPayload(image.eventID).map(image.payloadIs) == true {
+            let existing = try logged.flatMap(loggedPayload)
+            if let id = records[index].quarantineID, inserted || existing.map(image.payloadIs) == true {
                 try release.execute(arguments: [id]) // a retried entry that now passes (or is already logged)
             }
             if inserted {
                 outcome.appended += 1
-            } else if let existing = try loggedPayload(image.eventID) {
+            } else if let existing {
                 // The same bytes, never Unicode equivalence: "café" (U+00E9) and "cafe\u0301"
                 // differ. A re-delivered event of a forgotten ASID is compared scrubbed.
                 if image.payloadIs(existing) {
@@ -146,7 +167,7 @@ package enum EventLog {
                 }
             } else {
                 let (eventID, appID) = (image.eventID, image.appID)
-                let other = try String.fetchOne(findNonce, arguments: [appID, image.nonce]) ?? "?"
+                let other = try nonceHolder.flatMap { seq in try findEventID.first({ $0.add(seq) }) { $0.string(0) } } ?? "?"
                 try quarantine(records[index], Rejection(.nonceReplay, "nonce already used by event '\(other)' of app \(appID)"), eventID: eventID)
             }
         }

@@ -176,6 +176,39 @@ extension LoggedEvent {
             }
         }
 
+        /// `StableHash.key(event_id)`, the key of `KeyRuns.eventIDs`.
+        var eventIDHash: Int64 {
+            storage.withUnsafeBytes { raw in
+                StableHash.key(utf8: (slice(.eventID, of: raw) ?? UnsafeRawBufferPointer(start: nil, count: 0))
+                    .assumingMemoryBound(to: UInt8.self))
+            }
+        }
+
+        /// Whether `row`'s first column is this event's `event_id`, byte for byte.
+        func sameEventID(_ row: BulkStatement.Reader) -> Bool {
+            storage.withUnsafeBytes { raw in
+                guard let id = slice(.eventID, of: raw), let theirs = row.text(0) else { return false }
+                return id.elementsEqual(theirs)
+            }
+        }
+
+        /// `StableHash.key(app_id, nonce)`, the key of `KeyRuns.nonces`; nil without a nonce.
+        var nonceHash: Int64? {
+            storage.withUnsafeBytes { raw in
+                guard let nonce = slice(.nonce, of: raw), let app = slice(.appID, of: raw) else { return nil }
+                return StableHash.key(utf8: app.assumingMemoryBound(to: UInt8.self), nonce.assumingMemoryBound(to: UInt8.self))
+            }
+        }
+
+        /// Whether `row` (`app_id`, `nonce`) is this event's `(app_id, nonce)`, byte for byte.
+        func sameNonce(_ row: BulkStatement.Reader) -> Bool {
+            storage.withUnsafeBytes { raw in
+                guard let nonce = slice(.nonce, of: raw), let app = slice(.appID, of: raw),
+                      let theirApp = row.text(0), let theirNonce = row.text(1) else { return false }
+                return app.elementsEqual(theirApp) && nonce.elementsEqual(theirNonce)
+            }
+        }
+
         /// Binds and runs `insertPayloadSQL` for the row stored at `seq`.
         func insertPayload(_ statement: BulkStatement, seq: Int64) throws {
             try storage.withUnsafeBytes { raw in

@@ -72,12 +72,13 @@ package struct LoggedEvent: Sendable {
     /// What separates the ASIDs of a logged friend list (`friends`).
     package static let friendSeparator = UInt8(ascii: ",")
 
-    /// Inserts a row; a taken `event_id` or `(app_id, nonce)` inserts nothing. The canonical
-    /// payload goes to `event_payloads` under the row's `seq` (`insertPayloadSQL`).
+    /// Inserts a row whose `event_id` and `(app_id, nonce)` the append found free
+    /// (`UniqueKeys`). The canonical payload goes to `event_payloads` under the row's `seq`
+    /// (`insertPayloadSQL`).
     static let insertSQL = """
         INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, device_key, asid_key,
             link_email, link_tfb, friends, declines_friends, nonce, source_id, position)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         """
 
     static let insertPayloadSQL = "INSERT INTO event_payloads (seq, payload) VALUES (?, ?)"

@@ -6,14 +6,17 @@ import IdreconDomain
 /// literal SQL that depends on nothing of today's code (reason codes, projection tables,
 /// configuration types): a database made by any release upgrades the same way.
 package enum Schema {
-    /// The one migration that rewrites the whole log (`v12-event-payloads`): minutes at 10M
-    /// events, so an open that will run it says so first (`eventsToRewrite`).
+    /// The migrations that rewrite the whole log (`v12-event-payloads`, `v16-event-id-runs`):
+    /// a minute or more at 10M events, so an open that will run one says so first
+    /// (`eventsToRewrite`).
     private static let logRewrite = "v12-event-payloads"
+    private static let eventIDRewrite = "v16-event-id-runs"
 
-    /// The events whose rows the pending migrations rewrite: the log's size while
-    /// `logRewrite` has not run on a database that has a log, else 0.
+    /// The events whose rows the pending migrations rewrite: the log's size while one of them
+    /// has not run on a database that has a log, else 0.
     package static func eventsToRewrite(_ db: Database) throws -> Int64 {
-        guard try !migrator.appliedIdentifiers(db).contains(logRewrite), try db.tableExists("events") else { return 0 }
+        let applied = try migrator.appliedIdentifiers(db)
+        guard !applied.contains(logRewrite) || !applied.contains(eventIDRewrite), try db.tableExists("events") else { return 0 }
         return try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0
     }
 
@@ -418,6 +421,108 @@ package enum Schema {
                     SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login' AND asid_key IS NOT NULL ORDER BY 1, 2, 3;
                 DROP INDEX IF EXISTS events_device;
                 DROP INDEX IF EXISTS events_asid_login;
+                """)
+        }
+        migrator.registerMigration("v15-nonce-levels") { db in
+            // A UNIQUE index of random nonces (the Facebook SDK makes one per Limited Login)
+            // takes each new one on a leaf of its own: every transaction rewrote most of the
+            // index, and the bytes written per event grew with the log (10M events: 2.55× the
+            // 1M figure). The nonces' hashes move to sorted runs with a Bloom filter each, which
+            // the append searches, fills and merges (schemas/sql.md, "Unique keys in runs"). The
+            // log's nonces become one sealed run, of the tier of runs of its size (2^18 × 8^tier
+            // keys); its filter is made by the first append.
+            // The key is the 64-bit FNV-1a of the UTF-8 bytes of app_id, 0x1F, nonce, shifted
+            // right by one: what `StableHash.key(app_id, nonce)` computes for the append.
+            db.add(function: DatabaseFunction("idrecon_v15_nonce_hash", argumentCount: 2, pure: true) { values in
+                guard let app = Data.fromDatabaseValue(values[0]), let nonce = Data.fromDatabaseValue(values[1]) else { return nil }
+                var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+                for byte in app { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+                hash = (hash ^ 0x1F) &* 0x0000_0100_0000_01B3
+                for byte in nonce { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+                return Int64(bitPattern: hash >> 1)
+            })
+            try db.execute(sql: """
+                CREATE TABLE key_runs (
+                    name       TEXT NOT NULL,
+                    run        INTEGER NOT NULL CHECK (run > 0),
+                    tier       INTEGER NOT NULL CHECK (tier >= 0),
+                    keys       INTEGER NOT NULL CHECK (keys >= 0),
+                    sealed     INTEGER NOT NULL CHECK (sealed IN (0, 1)),
+                    generation INTEGER NOT NULL,
+                    filter     BLOB CHECK (filter IS NULL OR sealed = 1),
+                    PRIMARY KEY (name, run)
+                ) STRICT, WITHOUT ROWID;
+                CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
+                CREATE TABLE nonce_runs (
+                    run      INTEGER NOT NULL,
+                    key_hash INTEGER NOT NULL,
+                    seq      INTEGER NOT NULL,
+                    PRIMARY KEY (run, key_hash, seq)
+                ) STRICT, WITHOUT ROWID;
+                INSERT INTO nonce_runs (run, key_hash, seq)
+                    SELECT 1, idrecon_v15_nonce_hash(app_id, nonce), seq FROM events WHERE nonce IS NOT NULL ORDER BY 2, 3;
+                INSERT INTO key_runs (name, run, tier, keys, sealed, generation)
+                    SELECT 'nonce_runs', 1, CASE
+                            WHEN n < 2097152 THEN 0 WHEN n < 16777216 THEN 1 WHEN n < 134217728 THEN 2
+                            WHEN n < 1073741824 THEN 3 WHEN n < 8589934592 THEN 4 ELSE 5 END, n, 1, 1
+                    FROM (SELECT count(*) AS n FROM nonce_runs) WHERE n > 0;
+                DROP INDEX IF EXISTS events_app_nonce;
+                """)
+        }
+        migrator.registerMigration(eventIDRewrite) { db in
+            // `event_id`'s UNIQUE index took each random ID (many SDKs make a UUID per event) on
+            // a leaf of its own, as the nonces' did (v15): 10M UUID events wrote 3.1× the bytes
+            // per event of 1M. The IDs' hashes move to sorted runs like the nonces'; SQLite drops
+            // a column's UNIQUE only with the table, so the log is copied once without it.
+            // The key is the 64-bit FNV-1a of event_id's UTF-8 bytes shifted right by one: what
+            // `StableHash.key(event_id)` computes for the append.
+            db.add(function: DatabaseFunction("idrecon_v16_event_id_hash", argumentCount: 1, pure: true) { values in
+                guard let id = Data.fromDatabaseValue(values[0]) else { return nil }
+                var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+                for byte in id { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+                return Int64(bitPattern: hash >> 1)
+            })
+            try db.execute(sql: """
+                CREATE TABLE events_v16 (
+                    seq         INTEGER PRIMARY KEY,
+                    event_id    TEXT NOT NULL CHECK (length(event_id) BETWEEN 1 AND 128),
+                    type        TEXT NOT NULL CHECK (type IN ('login', 'logout')),
+                    occurred_at INTEGER NOT NULL,
+                    app_id      TEXT NOT NULL,
+                    device_id   TEXT NOT NULL,
+                    asid        TEXT,
+                    tracking    TEXT CHECK (tracking IN ('enabled', 'limited')),
+                    nonce       TEXT,
+                    device_key  INTEGER NOT NULL,        -- StableHash(app_id, device_id)
+                    asid_key    INTEGER,                 -- StableHash(asid)
+                    link_email  TEXT,                    -- 'email:' + SHA-256 of the normalized e-mail
+                    link_tfb    TEXT,                    -- 'tfb:' + token_for_business
+                    friends     TEXT,                    -- friend_asids joined by ',' (NULL: absent)
+                    declines_friends INTEGER NOT NULL DEFAULT 0 CHECK (declines_friends IN (0, 1)),
+                    source_id   INTEGER NOT NULL REFERENCES sources(id),
+                    position    INTEGER NOT NULL,
+                    CHECK ((type = 'login') = (tracking IS NOT NULL AND asid IS NOT NULL) OR type = 'logout')
+                ) STRICT;
+                INSERT INTO events_v16 (seq, event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce,
+                        device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position)
+                    SELECT seq, event_id, type, occurred_at, app_id, device_id, asid, tracking, nonce,
+                        device_key, asid_key, link_email, link_tfb, friends, declines_friends, source_id, position
+                    FROM events ORDER BY seq;
+                DROP TABLE events;
+                ALTER TABLE events_v16 RENAME TO events;
+                CREATE TABLE event_id_runs (
+                    run      INTEGER NOT NULL,
+                    key_hash INTEGER NOT NULL,
+                    seq      INTEGER NOT NULL,
+                    PRIMARY KEY (run, key_hash, seq)
+                ) STRICT, WITHOUT ROWID;
+                INSERT INTO event_id_runs (run, key_hash, seq)
+                    SELECT 1, idrecon_v16_event_id_hash(event_id), seq FROM events ORDER BY 2, 3;
+                INSERT INTO key_runs (name, run, tier, keys, sealed, generation)
+                    SELECT 'event_id_runs', 1, CASE
+                            WHEN n < 2097152 THEN 0 WHEN n < 16777216 THEN 1 WHEN n < 134217728 THEN 2
+                            WHEN n < 1073741824 THEN 3 WHEN n < 8589934592 THEN 4 ELSE 5 END, n, 1, 1
+                    FROM (SELECT count(*) AS n FROM event_id_runs) WHERE n > 0;
                 """)
         }
         return migrator

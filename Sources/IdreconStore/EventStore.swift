@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import IdreconDomain
 // The log's types (records, positions, outcomes, errors) are part of the store's API.
 @_exported import IdreconLog
@@ -13,6 +14,8 @@ public final class EventStore: Sendable {
     let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
+    /// The filters of the log's unique keys, kept between this writer's transactions.
+    private let uniqueKeys = Mutex(UniqueKeys.Cache())
 
     /// Page cache per connection. 64 MB was no faster than 32 MB at 1M events (ingest 33–46 s
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
@@ -150,8 +153,8 @@ public final class EventStore: Sendable {
     private static func announceLongUpgrade(_ pool: DatabasePool, path: String) throws {
         let events = try pool.read { db in try Schema.eventsToRewrite(db) }
         guard events >= 100_000 else { return }
-        let line = "idrecon: upgrading \(path): the log's \(events) payloads move to their own table, once "
-            + "(10-22 s per million events; stopping it rolls it back)\n"
+        let line = "idrecon: upgrading \(path): the log's \(events) events are rewritten once "
+            + "(10-30 s per million events; stopping it rolls it back)\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
 
@@ -216,15 +219,17 @@ public final class EventStore: Sendable {
     public func appendBatches(
         projectionLag: Int? = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
     ) throws(IdreconError) -> (outcome: BatchOutcome, projected: Int64) {
-        try write { db in
+        try uniqueKeys.withLock { (cache) throws(IdreconError) in try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
+            var keys = try UniqueKeys(db, cache: cache)
             while let batch = next() {
-                total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten))
+                total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &keys))
             }
+            try keys.finish(db, into: &cache)
             let lag = projectionLag.map(Int64.init)
             return (total, try ProjectionEngine.catchUpLive(db, registry: projections, ifBehindBy: lag, appended: total.appended))
-        }
+        } }
     }
 
     /// Events behind the log from which the pipelines build the projections in bulk.

@@ -34,6 +34,28 @@ import Testing
         #expect(summary.outcome.appended == 1 && summary.outcome.duplicates == 1 && summary.outcome.quarantinedTotal == 1)
         #expect(try upgraded.replay(verifyOnly: true).drift.isEmpty)
         #expect(try upgraded.read { db in try logKeysKept(db) })
+
+        // The nonces moved to sorted runs (v15): an old nonce under a new event ID is a replay.
+        let logged = try Data(contentsOf: Self.fixtures.appendingPathComponent("v1-event-log.jsonl"))
+        let replayed = String(decoding: logged.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+            .replacingOccurrences(of: #""event_id":"ev-9-7""#, with: #""event_id":"replayed""#)
+        let replay = try FileIngestor(store: upgraded).ingest(path: dir.write("replay.jsonl", [replayed]))
+        #expect(replay.outcome.quarantined == [.nonceReplay: 1])
+        let message = try upgraded.read { db in
+            try String.fetchOne(db, sql: "SELECT message FROM quarantine WHERE event_id = 'replayed'")
+        }
+        #expect(message == "nonce already used by event 'ev-9-7' of app 1001")
+
+        // So did the event IDs (v16): an old event again is a duplicate, changed a conflict.
+        let original = String(decoding: logged.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+        let changed = original.replacingOccurrences(of: #""device_id":"dev-4b6a548c3""#, with: #""device_id":"other""#)
+        let again = try FileIngestor(store: upgraded).ingest(path: dir.write("again.jsonl", [original, changed]))
+        #expect(again.outcome.duplicates == 1 && again.outcome.quarantined == [.eventIDConflict: 1])
+        let (runs, events) = try upgraded.read { db in
+            (try Int.fetchOne(db, sql: "SELECT sum(keys) FROM key_runs WHERE name = 'event_id_runs'"),
+             try Int.fetchOne(db, sql: "SELECT count(*) FROM events"))
+        }
+        #expect(runs == events)
     }
 
     /// A database idrecon creates has `pageSizeBytes` pages; one made before (SQLite's default
