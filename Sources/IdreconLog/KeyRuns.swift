@@ -121,14 +121,17 @@ package struct KeyRuns {
         if pendingFilter.mayContain(hash) {
             if let seq = pending[hash] { seqs.append(seq) }
             for key in collisions where key.hash == hash { seqs.append(key.seq) }
-            if let open { try search(open, hash, into: &seqs) }
+            if let open { try search(open.id, hash, into: &seqs) }
         }
-        for run in sealed where run.filter.mayContain(hash) { try search(run, hash, into: &seqs) }
+        // By index: a `Run` copied out of the array would retain and release its filter.
+        for index in sealed.indices where sealed[index].filter.mayContain(hash) {
+            try search(sealed[index].id, hash, into: &seqs)
+        }
         return seqs
     }
 
-    private func search(_ run: Run, _ hash: Int64, into seqs: inout [Int64]) throws {
-        try find.each({ $0.add(run.id); $0.add(hash) }) { seqs.append($0.int(0)) }
+    private func search(_ run: Int64, _ hash: Int64, into seqs: inout [Int64]) throws {
+        try find.each({ $0.add(run); $0.add(hash) }) { seqs.append($0.int(0)) }
     }
 
     /// Adds a key that no event holds (`seqs(hash:)` found none with its bytes), held by `seq`.

@@ -423,7 +423,7 @@ package enum Schema {
                 DROP INDEX IF EXISTS events_asid_login;
                 """)
         }
-        migrator.registerMigration("v15-nonce-levels") { db in
+        migrator.registerMigration("v15-nonce-runs") { db in
             // A UNIQUE index of random nonces (the Facebook SDK makes one per Limited Login)
             // takes each new one on a leaf of its own: every transaction rewrote most of the
             // index, and the bytes written per event grew with the log (10M events: 2.55× the
