@@ -142,7 +142,9 @@ package enum EventLog {
             }
             var inserted = false
             if logged == nil && nonceHolder == nil {
-                _ = try image.insert(insertEvent, sourceID: source, position: records[index].origin.position)
+                guard try image.insert(insertEvent, sourceID: source, position: records[index].origin.position) == 1 else {
+                    throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an event row was not inserted")
+                }
                 let seq = db.lastInsertedRowID
                 unique.eventIDs.add(hash: eventIDHash, seq: seq)
                 if let nonceHash { unique.nonces.add(hash: nonceHash, seq: seq) }

@@ -192,19 +192,51 @@ package struct KeyRuns {
                 continue
             }
             let id = nextID
+            let keys = merged.reduce(0) { $0 + $1.keys }
+            let filter = try merge(db, merged.map(\.id), into: id, keys: keys)
             let ids = merged.map { String($0.id) }.joined(separator: ", ")
-            // SQLite reads a table it inserts into from a copy of the rows selected first.
             try db.execute(sql: """
-                INSERT INTO \(table) (run, key_hash, seq)
-                SELECT ?, key_hash, seq FROM \(table) WHERE run IN (\(ids)) ORDER BY key_hash, seq;
                 DELETE FROM \(table) WHERE run IN (\(ids));
                 DELETE FROM key_runs WHERE name = ? AND run IN (\(ids));
-                """, arguments: [id, table])
-            let keys = merged.reduce(0) { $0 + $1.keys }
+                """, arguments: [table])
             sealed.removeAll { $0.tier == tier }
             sealed.append(Run(id: id, tier: tier + 1, keys: keys, sealed: true, generation: Self.newGeneration(),
-                              filter: try Self.filter(db, table, run: id, keys: keys), changed: true))
+                              filter: filter, changed: true))
         }
+    }
+
+    /// Copies the keys of `runs` into the new run `id`, in key order, and returns its filter.
+    /// A slice of the hash range at a time: each run's keys in the slice (a range of its primary
+    /// key), sorted, appended at the table's end (the new run's id is the highest). No statement
+    /// reads the table while another writes it, memory holds one slice, and SQLite neither sorts
+    /// the runs nor copies them first, as `INSERT … SELECT … ORDER BY` from the table itself did
+    /// (1.8 s of a 2.5M-key merge's 3.7 s).
+    private func merge(_ db: Database, _ runs: [Int64], into id: Int64, keys: Int64) throws -> BloomFilter {
+        var filter = BloomFilter(keys: Int(clamping: keys))
+        let read = try BulkStatement(cached: db, "SELECT key_hash, seq FROM \(table) WHERE run = ? AND key_hash BETWEEN ? AND ?")
+        let insert = try BulkInsert(cached: db, into: table, "run, key_hash, seq")
+        // Hashes span all of Int64 (the log's are non-negative): slices of the range mapped in order
+        // onto UInt64, about 2^15 keys to each slice of a uniform spread.
+        let slices = UInt64(max(1, min(keys >> 15, 1 << 20)))
+        let width = UInt64.max / slices
+        func hash(_ point: UInt64) -> Int64 { Int64(bitPattern: point ^ (1 << 63)) }
+        var rows: [(hash: Int64, seq: Int64)] = []
+        for slice in 0..<slices {
+            let low = hash(slice * width)
+            let high = slice == slices - 1 ? Int64.max : hash((slice + 1) * width - 1)
+            rows.removeAll(keepingCapacity: true)
+            for run in runs {
+                try read.each({ $0.add(run); $0.add(low); $0.add(high) }) { rows.append(($0.int(0), $0.int(1))) }
+            }
+            rows.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
+            for row in rows { filter.insert(row.hash) }
+            try insert.insert(count: rows.count) { i, binder in
+                binder.add(id)
+                binder.add(rows[i].hash)
+                binder.add(rows[i].seq)
+            }
+        }
+        return filter
     }
 
     private mutating func store(_ db: Database, into cache: inout Cache) throws {

@@ -70,4 +70,39 @@ import Testing
         let tiers = try queue.read { db in try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs") ?? 0 }
         #expect(tiers >= 2) // merges of merged runs happened
     }
+
+    /// A merge large enough to go through several slices of the hash range keeps every key, in
+    /// key order, and its filter finds each one.
+    @Test func aMergeBySlicesKeepsEveryKeyInOrder() throws {
+        let queue = try DatabaseQueue()
+        try Schema.migrator.migrate(queue)
+        let shape = KeyRuns.Shape(firstCapacity: 50_000, fanOut: 2)
+        var rng = SeededGenerator(seed: 9)
+        var writer = Writer()
+        var added: [(hash: Int64, seq: Int64)] = []
+        for batch in 0..<2 {
+            let keys = (0..<50_000).map { i in (hash: Int64(bitPattern: rng.next()), seq: Int64(batch * 50_000 + i + 1)) }
+            added += keys
+            try queue.write { db in
+                var runs = try KeyRuns(db, table: "nonce_runs", cache: writer.cache, shape: shape)
+                for key in keys { runs.add(hash: key.hash, seq: key.seq) }
+                try runs.finish(db, into: &writer.cache)
+            }
+        }
+        try queue.read { db in
+            let described = try Row.fetchAll(db, sql: "SELECT tier, keys, sealed FROM key_runs")
+                .map { row -> [Int64] in [row[0], row[1], row[2]] }
+            #expect(described == [[1, 100_000, 1]])
+            var stored: [Int64] = []
+            for row in try Row.fetchAll(db, sql: "SELECT key_hash, seq FROM nonce_runs ORDER BY run, key_hash, seq") {
+                stored.append(row[0])
+                stored.append(row[1])
+            }
+            let expected: [Int64] = added.sorted { ($0.hash, $0.seq) < ($1.hash, $1.seq) }.flatMap { [$0.hash, $0.seq] }
+            #expect(stored == expected)
+            // The stored filter (no cache), as another writer would read it.
+            let runs = try KeyRuns(db, table: "nonce_runs", cache: KeyRuns.Cache(), shape: shape)
+            for key in added.prefix(2_000) { #expect(try runs.seqs(hash: key.hash).contains(key.seq)) }
+        }
+    }
 }
