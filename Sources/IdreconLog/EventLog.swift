@@ -125,20 +125,11 @@ package enum EventLog {
             let source = try sourceID(records[index].origin.source)
             // The event logged under this one's `event_id`, else the one that holds its nonce.
             let eventIDHash = image.eventIDHash
-            var logged: Int64?
-            for seq in try unique.eventIDs.seqs(hash: eventIDHash)
-            where try findEventID.first({ $0.add(seq) }, image.sameEventID) == true {
-                logged = seq
-                break
-            }
+            let logged = try unique.eventIDs.holder(of: eventIDHash, reading: findEventID, image.sameEventID)
             let nonceHash = image.nonceHash
             var nonceHolder: Int64?
             if logged == nil, let nonceHash {
-                for seq in try unique.nonces.seqs(hash: nonceHash)
-                where try findNonce.first({ $0.add(seq) }, image.sameNonce) == true {
-                    nonceHolder = seq
-                    break
-                }
+                nonceHolder = try unique.nonces.holder(of: nonceHash, reading: findNonce, image.sameNonce)
             }
             var inserted = false
             if logged == nil && nonceHolder == nil {

@@ -525,6 +525,37 @@ package enum Schema {
                     FROM (SELECT count(*) AS n FROM event_id_runs) WHERE n > 0;
                 """)
         }
+        migrator.registerMigration("v17-open-key-runs-in-the-log") { db in
+            // The open run's keys were rows of the runs' tables, taken in key order by each
+            // transaction: every transaction rewrote most of the open run's pages (14 s of a 10M
+            // append). The open run's keys are now those of the events from its `first_seq` on,
+            // which the log already holds; the writer keeps them in memory and writes them once,
+            // sorted, as a sealed run. An open run of the old layout becomes a sealed run as it is
+            // (its filter made by the first append), and each table gets an empty open run that
+            // starts after the log's last event.
+            try db.execute(sql: """
+                CREATE TABLE key_runs_v17 (
+                    name       TEXT NOT NULL,
+                    run        INTEGER NOT NULL CHECK (run > 0),
+                    tier       INTEGER NOT NULL CHECK (tier >= 0),
+                    keys       INTEGER NOT NULL CHECK (keys >= 0),
+                    sealed     INTEGER NOT NULL CHECK (sealed IN (0, 1)),
+                    generation INTEGER NOT NULL,
+                    filter     BLOB CHECK (filter IS NULL OR sealed = 1),
+                    first_seq  INTEGER CHECK ((first_seq IS NULL) = (sealed = 1) AND (first_seq IS NULL OR first_seq > 0)),
+                    PRIMARY KEY (name, run)
+                ) STRICT, WITHOUT ROWID;
+                INSERT INTO key_runs_v17 (name, run, tier, keys, sealed, generation, filter)
+                    SELECT name, run, tier, keys, 1, generation, filter FROM key_runs WHERE keys > 0;
+                INSERT INTO key_runs_v17 (name, run, tier, keys, sealed, generation, first_seq)
+                    SELECT tables.name, coalesce((SELECT max(run) FROM key_runs_v17 AS r WHERE r.name = tables.name), 0) + 1,
+                        0, 0, 0, 1, coalesce((SELECT max(seq) FROM events), 0) + 1
+                    FROM (SELECT 'event_id_runs' AS name UNION ALL SELECT 'nonce_runs') AS tables;
+                DROP TABLE key_runs;
+                ALTER TABLE key_runs_v17 RENAME TO key_runs;
+                CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
+                """)
+        }
         return migrator
     }
 }

@@ -222,7 +222,7 @@ public final class EventStore: Sendable {
         try uniqueKeys.withLock { (cache) throws(IdreconError) in try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
-            var keys = try UniqueKeys(db, cache: cache)
+            var keys = try UniqueKeys(db, cache: &cache)
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &keys))
             }

@@ -6,21 +6,38 @@ import Testing
 /// The log's unique keys in sorted runs (`KeyRuns`): whatever the transactions, rollbacks and
 /// writers, every key added is found again, the runs hold exactly the keys added, and no tier
 /// keeps `fanOut` sealed runs. Small runs, so that seals and merges of several tiers happen.
+/// The keys' rows (the log's, for `UniqueKeys`) are those of `test_keys`.
 @Suite struct KeyRunsTests {
     static let shape = KeyRuns.Shape(firstCapacity: 5, fanOut: 3)
+    static let source = KeyRuns.Source(sql: "SELECT seq, key_hash FROM test_keys WHERE seq >= ?") { $0.int(1) }
+
+    static func database() throws -> DatabaseQueue {
+        let queue = try DatabaseQueue()
+        try Schema.migrator.migrate(queue)
+        try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
+        return queue
+    }
+
+    static func runs(_ db: Database, cache: inout KeyRuns.Cache, shape: KeyRuns.Shape = shape) throws -> KeyRuns {
+        try KeyRuns(db, table: "nonce_runs", source: source, cache: &cache, shape: shape)
+    }
 
     /// One writer's transactions, in which keys are added, some rolled back, with the cache kept
     /// as `EventStore` keeps it: from the last transaction, committed or not.
     struct Writer {
         var cache = KeyRuns.Cache()
 
-        /// Adds `keys` (hash, seq) in one transaction; `commit: false` rolls it back.
-        mutating func add(_ keys: [(hash: Int64, seq: Int64)], to queue: DatabaseQueue, commit: Bool) throws {
+        /// Adds `keys` (hash, seq) with their rows in one transaction; `commit: false` rolls it back.
+        mutating func add(_ keys: [(hash: Int64, seq: Int64)], to queue: DatabaseQueue, commit: Bool,
+                          shape: KeyRuns.Shape = KeyRunsTests.shape) throws {
             struct Rollback: Error {}
             do {
                 try queue.write { db in
-                    var runs = try KeyRuns(db, table: "nonce_runs", cache: cache, shape: KeyRunsTests.shape)
-                    for key in keys { runs.add(hash: key.hash, seq: key.seq) }
+                    var runs = try KeyRunsTests.runs(db, cache: &cache, shape: shape)
+                    for key in keys {
+                        try db.execute(sql: "INSERT INTO test_keys (seq, key_hash) VALUES (?, ?)", arguments: [key.seq, key.hash])
+                        runs.add(hash: key.hash, seq: key.seq)
+                    }
                     try runs.finish(db, into: &cache)
                     if !commit { throw Rollback() }
                 }
@@ -30,8 +47,7 @@ import Testing
 
     @Test(arguments: [1, 2, 3, 4])
     func everyKeyAddedIsFoundAgain(seed: UInt64) throws {
-        let queue = try DatabaseQueue()
-        try Schema.migrator.migrate(queue)
+        let queue = try Self.database()
         var rng = SeededGenerator(seed: seed)
         var writers = [Writer(), Writer()] // two processes writing in turn
         var model: [Int64: Set<Int64>] = [:]
@@ -49,15 +65,22 @@ import Testing
             if commit { for key in keys { model[key.hash, default: []].insert(key.seq) } }
 
             try queue.read { db in
-                let runs = try KeyRuns(db, table: "nonce_runs", cache: writers[Int(rng.next() % 2)].cache, shape: Self.shape)
+                var cache = writers[Int(rng.next() % 2)].cache
+                let runs = try Self.runs(db, cache: &cache)
                 for hash in Int64(-200)..<200 {
                     let found = try runs.seqs(hash: hash)
                     #expect(Set(found) == model[hash] ?? [], "hash \(hash)")
                     #expect(found.count == Set(found).count)
                 }
+                // Sealed runs hold their keys as rows; the open run's are the rows from its first seq.
                 let stored = try Int64.fetchOne(db, sql: "SELECT count(*) FROM nonce_runs")!
-                let described = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(keys), 0) FROM key_runs")!
-                #expect(stored == Int64(model.values.reduce(0) { $0 + $1.count }) && described == stored)
+                let sealed = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(keys), 0) FROM key_runs WHERE sealed")!
+                let open = try Row.fetchOne(db, sql: """
+                    SELECT keys, (SELECT count(*) FROM test_keys WHERE seq >= first_seq) FROM key_runs
+                    WHERE name = 'nonce_runs' AND NOT sealed
+                    """)!
+                #expect(stored == sealed && open[0] as Int64 == open[1] as Int64)
+                #expect(sealed + open[0] == Int64(model.values.reduce(0) { $0 + $1.count }))
                 let crowded = try Int.fetchOne(db, sql: """
                     SELECT count(*) FROM (SELECT tier FROM key_runs WHERE sealed GROUP BY tier HAVING count(*) >= ?)
                     """, arguments: [Self.shape.fanOut])!
@@ -67,15 +90,14 @@ import Testing
                 #expect(unsealedFull == 0)
             }
         }
-        let tiers = try queue.read { db in try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs") ?? 0 }
+        let tiers = try queue.read { db in try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs WHERE name = 'nonce_runs'") ?? 0 }
         #expect(tiers >= 2) // merges of merged runs happened
     }
 
     /// A merge large enough to go through several slices of the hash range keeps every key, in
     /// key order, and its filter finds each one.
     @Test func aMergeBySlicesKeepsEveryKeyInOrder() throws {
-        let queue = try DatabaseQueue()
-        try Schema.migrator.migrate(queue)
+        let queue = try Self.database()
         let shape = KeyRuns.Shape(firstCapacity: 50_000, fanOut: 2)
         var rng = SeededGenerator(seed: 9)
         var writer = Writer()
@@ -83,16 +105,12 @@ import Testing
         for batch in 0..<2 {
             let keys = (0..<50_000).map { i in (hash: Int64(bitPattern: rng.next()), seq: Int64(batch * 50_000 + i + 1)) }
             added += keys
-            try queue.write { db in
-                var runs = try KeyRuns(db, table: "nonce_runs", cache: writer.cache, shape: shape)
-                for key in keys { runs.add(hash: key.hash, seq: key.seq) }
-                try runs.finish(db, into: &writer.cache)
-            }
+            try writer.add(keys, to: queue, commit: true, shape: shape)
         }
         try queue.read { db in
-            let described = try Row.fetchAll(db, sql: "SELECT tier, keys, sealed FROM key_runs")
+            let described = try Row.fetchAll(db, sql: "SELECT tier, keys, sealed FROM key_runs WHERE name = 'nonce_runs' ORDER BY sealed")
                 .map { row -> [Int64] in [row[0], row[1], row[2]] }
-            #expect(described == [[1, 100_000, 1]])
+            #expect(described == [[0, 0, 0], [1, 100_000, 1]])
             var stored: [Int64] = []
             for row in try Row.fetchAll(db, sql: "SELECT key_hash, seq FROM nonce_runs ORDER BY run, key_hash, seq") {
                 stored.append(row[0])
@@ -101,8 +119,36 @@ import Testing
             let expected: [Int64] = added.sorted { ($0.hash, $0.seq) < ($1.hash, $1.seq) }.flatMap { [$0.hash, $0.seq] }
             #expect(stored == expected)
             // The stored filter (no cache), as another writer would read it.
-            let runs = try KeyRuns(db, table: "nonce_runs", cache: KeyRuns.Cache(), shape: shape)
+            var cache = KeyRuns.Cache()
+            let runs = try Self.runs(db, cache: &cache, shape: shape)
             for key in added.prefix(2_000) { #expect(try runs.seqs(hash: key.hash).contains(key.seq)) }
+        }
+    }
+
+    /// A database of the layout before v17 (the open run's keys as rows of the table) keeps
+    /// them: that run becomes a sealed one, and the open run starts after the log.
+    @Test func anOpenRunOfTheOldLayoutBecomesASealedRun() throws {
+        let queue = try DatabaseQueue()
+        try Schema.migrator.migrate(queue, upTo: "v16-event-id-runs")
+        try queue.write { db in
+            try db.execute(sql: """
+                INSERT INTO nonce_runs (run, key_hash, seq) VALUES (1, 10, 1), (1, 20, 2);
+                INSERT INTO key_runs (name, run, tier, keys, sealed, generation) VALUES ('nonce_runs', 1, 0, 2, 0, 7);
+                """)
+        }
+        try Schema.migrator.migrate(queue)
+        try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
+        var writer = Writer()
+        try writer.add([(30, 3)], to: queue, commit: true)
+        try queue.read { db in
+            var cache = KeyRuns.Cache()
+            let runs = try Self.runs(db, cache: &cache)
+            #expect(try runs.seqs(hash: 10) == [1] && runs.seqs(hash: 20) == [2] && runs.seqs(hash: 30) == [3])
+            #expect(try runs.seqs(hash: 40).isEmpty)
+            let described = try Row.fetchAll(db, sql: """
+                SELECT run, keys, sealed, filter IS NOT NULL, first_seq FROM key_runs WHERE name = 'nonce_runs' ORDER BY run
+                """).map { row -> [Int64?] in [row[0], row[1], row[2], row[3], row[4]] }
+            #expect(described == [[1, 2, 1, 1, nil], [2, 1, 0, 0, 1]])
         }
     }
 }
