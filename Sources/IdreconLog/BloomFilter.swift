@@ -1,6 +1,6 @@
-/// A Bloom filter of 64-bit key hashes: "certainly absent" or "maybe present". `KeyLevels`
-/// keeps one per level so that a new key, nearly every key an append sees, is known free
-/// without a search of the level's B-tree.
+/// A Bloom filter of 64-bit key hashes: "certainly absent" or "maybe present". `KeyRuns`
+/// keeps one per sealed run so that a new key, nearly every key an append sees, is known free
+/// without a search of the run.
 struct BloomFilter: Sendable, Equatable {
     /// Bits per key a filter is sized for, and the probes per key: a false "maybe" for about
     /// 1 % of absent keys (10 bits, 7 probes).

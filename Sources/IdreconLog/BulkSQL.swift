@@ -123,6 +123,13 @@ package struct BulkStatement {
             index += 1
         }
 
+        /// A blob bound as a copy (`SQLITE_TRANSIENT`).
+        package mutating func add(blob bytes: UnsafeRawBufferPointer) {
+            sqlite3_bind_blob(handle, index, bytes.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start), Int32(bytes.count),
+                              Self.transient)
+            index += 1
+        }
+
         package mutating func add(_ value: String?) {
             guard var value else {
                 sqlite3_bind_null(handle, index)
@@ -161,6 +168,11 @@ package struct BulkStatement {
         package func text(_ column: Int32) -> UnsafeBufferPointer<UInt8>? {
             guard let text = sqlite3_column_text(handle, column) else { return nil }
             return UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column)))
+        }
+
+        /// The bytes of a blob column (empty when NULL or empty), valid as `text`'s are.
+        package func blob(_ column: Int32) -> UnsafeRawBufferPointer {
+            UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, column), count: Int(sqlite3_column_bytes(handle, column)))
         }
 
         package var columnCount: Int32 { sqlite3_column_count(handle) }

@@ -3,8 +3,10 @@ import GRDB
 import IdreconDomain
 
 /// A set of unique keys of the log, each held by the `seq` of one event, kept as the keys'
-/// 64-bit hashes in sorted runs (a size-tiered log-structured merge inside SQLite): one
-/// `WITHOUT ROWID` table keyed by `(run, key_hash, seq)`, and `key_runs` describing each run.
+/// 64-bit hashes in sorted runs (a size-tiered log-structured merge inside SQLite). A sealed
+/// run is a sequence of chunks, each one row of the set's table (`id` = run << 32 | chunk,
+/// `keys` = its (hash, seq) pairs in order, 16 bytes each, a page's worth), with the first
+/// hash of each chunk (`key_runs.fences`) and a Bloom filter (`key_runs.filter`).
 ///
 /// The newest keys, those of the events from the open run's `first_seq` on, are not in the
 /// table: the log's own rows hold them, and the writer keeps them in memory (a dictionary by
@@ -17,13 +19,14 @@ import IdreconDomain
 /// index has leaves once it has more leaves than the transaction has keys: the bytes written
 /// per event grow with the history (10M random nonces: 0.73× the 1M rate, 2.55× the bytes per
 /// event). Here nothing takes keys out of order: a key is written once per tier, whose number
-/// grows with the log of the history (schemas/sql.md, "Unique keys in runs").
+/// grows with the log of the history (schemas/sql.md, "Unique keys in runs"). Why chunks and
+/// not a row per key: a merge then reads and writes pages, not rows (a 2.5M-key merge took
+/// 2.4-2.8 s as rows through SQLite's B-tree).
 ///
-/// Each sealed run has a Bloom filter (`key_runs.filter`), so a new key, nearly every key an
-/// append sees, is known free without a search. A hash that a run's filter may hold is
-/// searched in that run (one primary-key search), and the caller compares the keys of the
-/// events found: hashes collide, keys do not. Uniqueness is the append's: it adds a key
-/// (`add`) only when no event holds it (`holder`).
+/// A new key, nearly every key an append sees, is known free by the filters without a
+/// search. A hash that a run's filter may hold is searched in the one chunk its fences name,
+/// and the caller compares the keys of the events found: hashes collide, keys do not.
+/// Uniqueness is the append's: it adds a key (`add`) only when no event holds it (`holder`).
 package struct KeyRuns {
     /// When runs are sealed and merged.
     package struct Shape: Sendable {
@@ -72,6 +75,8 @@ package struct KeyRuns {
         /// Random, new with each run: a run id used again after a rollback is told apart.
         var generation: Int64
         var filter: BloomFilter
+        /// The first hash of each chunk.
+        var fences: [Int64]
         var changed = false
     }
 
@@ -102,7 +107,9 @@ package struct KeyRuns {
     private let shape: Shape
     private var sealed: [Sealed] = []
     private var open: Open
-    private let find: BulkStatement
+    /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
+    private let chunkKeys: Int
+    private let readChunk: BulkStatement
 
     /// The runs of `table` as this transaction sees them, with `cache`'s filters and open keys
     /// where they are current. The open keys move out of `cache` (one owner: no copy of them)
@@ -114,7 +121,7 @@ package struct KeyRuns {
         swap(&cachedOpen, &cache.open)
         var open: Open?
         let rows = try Row.fetchAll(db, sql: """
-            SELECT run, tier, keys, sealed, generation, filter, first_seq FROM key_runs WHERE name = ? ORDER BY run
+            SELECT run, tier, keys, sealed, generation, filter, first_seq, fences FROM key_runs WHERE name = ? ORDER BY run
             """, arguments: [table])
         for row in rows {
             let (id, keys, generation): (Int64, Int64, Int64) = (row[0], row[2], row[4])
@@ -132,13 +139,14 @@ package struct KeyRuns {
                 }
                 continue
             }
-            var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: BloomFilter(keys: 0))
+            var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: BloomFilter(keys: 0), fences: [])
             if let cached = cache.sealed[id], cached.generation == generation, cached.keys == keys {
-                run.filter = cached.filter
-            } else if let bytes = (row[5] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes) {
-                run.filter = filter
+                (run.filter, run.fences) = (cached.filter, cached.fences)
+            } else if let bytes = (row[5] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
+                      let fences = (row[7] as Data?).flatMap(Self.fences) {
+                (run.filter, run.fences) = (filter, fences)
             } else { // a run made by a migration has no filter yet
-                run.filter = try Self.filter(db, table, run: id, keys: keys)
+                (run.filter, run.fences) = try Self.scan(db, table, run: id, keys: keys)
                 run.changed = true
             }
             sealed.append(run)
@@ -147,8 +155,17 @@ package struct KeyRuns {
             throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "key_runs: \(table) has no open run")
         }
         self.open = open
-        find = try BulkStatement(cached: db, "SELECT seq FROM \(table) WHERE run = ? AND key_hash = ?")
+        let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+        chunkKeys = Self.chunkKeys(pageSize: pageSize)
+        readChunk = try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id = ?")
     }
+
+    /// Pairs to a chunk for pages of `pageSize` bytes: one chunk to a leaf page, with room for
+    /// the row's header.
+    package static func chunkKeys(pageSize: Int) -> Int { max(16, (pageSize - 128) / 16) }
+
+    /// The row id of a run's chunk.
+    private static func chunkID(_ run: Int64, _ chunk: Int) -> Int64 { run << 32 | Int64(chunk) }
 
     /// The open run's keys from the log.
     private static func read(_ db: Database, _ source: Source, _ open: Open) throws -> Open {
@@ -159,13 +176,28 @@ package struct KeyRuns {
         return open
     }
 
-    /// A filter of the hashes in `run`, sized for `keys` keys.
-    private static func filter(_ db: Database, _ table: String, run: Int64, keys: Int64) throws -> BloomFilter {
+    /// A filter of the hashes in `run`, sized for `keys` keys, and its fences, from its chunks.
+    private static func scan(_ db: Database, _ table: String, run: Int64, keys: Int64) throws -> (BloomFilter, [Int64]) {
         var filter = BloomFilter(keys: Int(clamping: keys))
-        try BulkStatement(cached: db, "SELECT key_hash FROM \(table) WHERE run = ?").each({ $0.add(run) }) { row in
-            filter.insert(row.int(0))
+        var fences: [Int64] = []
+        try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id BETWEEN ? AND ? ORDER BY id")
+            .each({ $0.add(chunkID(run, 0)); $0.add(chunkID(run, Int(UInt32.max))) }) { row in
+                let pairs = row.blob(0)
+                for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
+                    let hash = Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+                    if offset == 0 { fences.append(hash) }
+                    filter.insert(hash)
+                }
+            }
+        return (filter, fences)
+    }
+
+    /// Fences as `key_runs.fences` holds them: 8 bytes, little-endian, per chunk.
+    private static func fences(_ data: Data) -> [Int64]? {
+        guard data.count % 8 == 0 else { return nil }
+        return data.withUnsafeBytes { raw in
+            (0..<(data.count / 8)).map { Int64(littleEndian: raw.loadUnaligned(fromByteOffset: $0 * 8, as: Int64.self)) }
         }
-        return filter
     }
 
     /// The events whose key has `hash`: empty, without a search, for nearly every key no event
@@ -197,13 +229,41 @@ package struct KeyRuns {
         }
         // By index: a `Sealed` copied out of the array would retain and release its filter.
         for index in sealed.indices where sealed[index].filter.mayContain(hash) {
-            var more = true
-            try find.eachWhile({ $0.add(sealed[index].id); $0.add(hash) }) { row in
-                more = try body(row.int(0))
-                return more
-            }
-            if !more { return }
+            if try !search(index, hash, body) { return }
         }
+    }
+
+    /// Calls `body` with each `seq` held under `hash` in sealed run `index` while it returns
+    /// true; returns whether it always did. The chunks read are those whose range may hold
+    /// the hash: nearly always one.
+    private func search(_ index: Int, _ hash: Int64, _ body: (Int64) throws -> Bool) throws -> Bool {
+        let (id, fences) = (sealed[index].id, sealed[index].fences)
+        // The first chunk whose first hash is not below `hash`; the one before may end with it.
+        var (low, high) = (0, fences.count)
+        while low < high {
+            let mid = (low + high) / 2
+            if fences[mid] < hash { low = mid + 1 } else { high = mid }
+        }
+        var chunk = max(0, low - 1)
+        repeat {
+            var more = true
+            try readChunk.first({ $0.add(Self.chunkID(id, chunk)) }) { row in
+                let pairs = row.blob(0)
+                func hashAt(_ i: Int) -> Int64 { Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: i * 16, as: Int64.self)) }
+                var (low, high) = (0, pairs.count / 16)
+                while low < high {
+                    let mid = (low + high) / 2
+                    if hashAt(mid) < hash { low = mid + 1 } else { high = mid }
+                }
+                while more, low < pairs.count / 16, hashAt(low) == hash {
+                    more = try body(Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: low * 16 + 8, as: Int64.self)))
+                    low += 1
+                }
+            }
+            if !more { return false }
+            chunk += 1
+        } while chunk < fences.count && fences[chunk] <= hash
+        return true
     }
 
     /// Adds a key that no event holds (`holder` found none), held by `seq`: the newest event's.
@@ -231,16 +291,9 @@ package struct KeyRuns {
     private mutating func seal(_ db: Database) throws {
         var keys = open.seqs.map { (hash: $0.key, seq: $0.value) } + open.collisions
         keys.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
-        var filter = BloomFilter(keys: keys.count)
-        for key in keys { filter.insert(key.hash) }
-        let id = nextID
-        try BulkInsert(cached: db, into: table, "run, key_hash, seq").insert(count: keys.count) { i, binder in
-            binder.add(id)
-            binder.add(keys[i].hash)
-            binder.add(keys[i].seq)
-        }
-        sealed.append(Sealed(id: id, tier: 0, keys: Int64(keys.count), generation: Self.newGeneration(), filter: filter,
-                             changed: true))
+        var writer = try ChunkWriter(db, table, run: nextID, keys: keys.count, chunkKeys: chunkKeys)
+        for key in keys { try writer.add(key.hash, key.seq) }
+        sealed.append(try writer.finish(tier: 0, generation: Self.newGeneration()))
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, changed: true)
     }
 
@@ -253,52 +306,68 @@ package struct KeyRuns {
                 tier += 1
                 continue
             }
-            let id = nextID
-            let keys = merged.reduce(0) { $0 + $1.keys }
-            let filter = try merge(db, merged.map(\.id), into: id, keys: keys)
+            let run = try merge(db, merged, tier: tier + 1)
+            for old in merged {
+                try db.execute(sql: "DELETE FROM \(table) WHERE id BETWEEN ? AND ?",
+                               arguments: [Self.chunkID(old.id, 0), Self.chunkID(old.id, Int(UInt32.max))])
+            }
             let ids = merged.map { String($0.id) }.joined(separator: ", ")
-            try db.execute(sql: """
-                DELETE FROM \(table) WHERE run IN (\(ids));
-                DELETE FROM key_runs WHERE name = ? AND run IN (\(ids));
-                """, arguments: [table])
+            try db.execute(sql: "DELETE FROM key_runs WHERE name = ? AND run IN (\(ids))", arguments: [table])
             sealed.removeAll { $0.tier == tier }
-            sealed.append(Sealed(id: id, tier: tier + 1, keys: keys, generation: Self.newGeneration(), filter: filter,
-                                 changed: true))
+            sealed.append(run)
         }
     }
 
-    /// Copies the keys of `runs` into the new run `id`, in key order, and returns its filter.
-    /// A slice of the hash range at a time: each run's keys in the slice (a range of its primary
-    /// key), sorted, appended at the table's end (the new run's id is the highest). No statement
-    /// reads the table while another writes it, memory holds one slice, and SQLite neither sorts
-    /// the runs nor copies them first, as `INSERT … SELECT … ORDER BY` from the table itself did
-    /// (1.8 s of a 2.5M-key merge's 3.7 s).
-    private func merge(_ db: Database, _ runs: [Int64], into id: Int64, keys: Int64) throws -> BloomFilter {
-        var filter = BloomFilter(keys: Int(clamping: keys))
-        let read = try BulkStatement(cached: db, "SELECT key_hash, seq FROM \(table) WHERE run = ? AND key_hash BETWEEN ? AND ?")
-        let insert = try BulkInsert(cached: db, into: table, "run, key_hash, seq")
-        // Hashes span all of Int64 (the log's are non-negative): slices of the range mapped in order
-        // onto UInt64, about 2^15 keys to each slice of a uniform spread.
-        let slices = UInt64(max(1, min(keys >> 15, 1 << 20)))
-        let width = UInt64.max / slices
-        func hash(_ point: UInt64) -> Int64 { Int64(bitPattern: point ^ (1 << 63)) }
-        var rows: [(hash: Int64, seq: Int64)] = []
-        for slice in 0..<slices {
-            let low = hash(slice * width)
-            let high = slice == slices - 1 ? Int64.max : hash((slice + 1) * width - 1)
-            rows.removeAll(keepingCapacity: true)
-            for run in runs {
-                try read.each({ $0.add(run); $0.add(low); $0.add(high) }) { rows.append(($0.int(0), $0.int(1))) }
+    /// Merges `runs` into one new run of `tier` at the table's end: the runs' chunks read one
+    /// at a time each (no statement reads the table while another writes it), their pairs
+    /// merged in key order, written a chunk at a time. Memory holds a chunk of each run.
+    private func merge(_ db: Database, _ runs: [Sealed], tier: Int) throws -> Sealed {
+        struct Cursor {
+            let run: Int64
+            let chunks: Int
+            var chunk = -1
+            var pairs: [Int64] = []
+            var next = 0
+        }
+        func load(_ cursor: inout Cursor) throws -> Bool {
+            cursor.pairs.removeAll(keepingCapacity: true)
+            cursor.next = 0
+            while cursor.pairs.isEmpty {
+                cursor.chunk += 1
+                guard cursor.chunk < cursor.chunks else { return false }
+                try readChunk.first({ $0.add(Self.chunkID(cursor.run, cursor.chunk)) }) { row in
+                    let bytes = row.blob(0)
+                    for offset in stride(from: 0, to: bytes.count - 7, by: 8) {
+                        cursor.pairs.append(Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self)))
+                    }
+                }
             }
-            rows.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
-            for row in rows { filter.insert(row.hash) }
-            try insert.insert(count: rows.count) { i, binder in
-                binder.add(id)
-                binder.add(rows[i].hash)
-                binder.add(rows[i].seq)
+            return true
+        }
+        var cursors: [Cursor] = []
+        // Each cursor's next pair, apart, so that choosing the least copies no cursor.
+        var heads: [(hash: Int64, seq: Int64)] = []
+        for run in runs {
+            var cursor = Cursor(run: run.id, chunks: run.fences.count)
+            if try load(&cursor) {
+                cursors.append(cursor)
+                heads.append((cursor.pairs[0], cursor.pairs[1]))
             }
         }
-        return filter
+        var writer = try ChunkWriter(db, table, run: nextID, keys: Int(runs.reduce(0) { $0 + $1.keys }), chunkKeys: chunkKeys)
+        while !heads.isEmpty {
+            var least = 0
+            for i in heads.indices.dropFirst() where heads[i] < heads[least] { least = i }
+            try writer.add(heads[least].hash, heads[least].seq)
+            cursors[least].next += 2
+            if cursors[least].next == cursors[least].pairs.count, try !load(&cursors[least]) {
+                cursors.remove(at: least)
+                heads.remove(at: least)
+            } else {
+                heads[least] = (cursors[least].pairs[cursors[least].next], cursors[least].pairs[cursors[least].next + 1])
+            }
+        }
+        return try writer.finish(tier: tier, generation: Self.newGeneration())
     }
 
     private mutating func store(_ db: Database, into cache: inout Cache) throws {
@@ -306,10 +375,12 @@ package struct KeyRuns {
         for index in sealed.indices {
             if sealed[index].changed {
                 let run = sealed[index]
+                var fences = Data(capacity: run.fences.count * 8)
+                for fence in run.fences { withUnsafeBytes(of: fence.littleEndian) { fences.append(contentsOf: $0) } }
                 try db.execute(sql: """
-                    INSERT INTO key_runs (name, run, tier, keys, sealed, generation, filter) VALUES (?, ?, ?, ?, 1, ?, ?)
-                    ON CONFLICT (name, run) DO UPDATE SET filter = excluded.filter
-                    """, arguments: [table, run.id, run.tier, run.keys, run.generation, Data(run.filter.bytes)])
+                    INSERT INTO key_runs (name, run, tier, keys, sealed, generation, filter, fences) VALUES (?, ?, ?, ?, 1, ?, ?, ?)
+                    ON CONFLICT (name, run) DO UPDATE SET filter = excluded.filter, fences = excluded.fences
+                    """, arguments: [table, run.id, run.tier, run.keys, run.generation, Data(run.filter.bytes), fences])
                 sealed[index].changed = false
             }
             cache.sealed[sealed[index].id] = sealed[index]
@@ -324,6 +395,47 @@ package struct KeyRuns {
     }
 
     private static func newGeneration() -> Int64 { Int64.random(in: 1...Int64.max) }
+}
+
+/// Writes one sealed run's pairs, given in key order, as chunks at the table's end, with its
+/// filter and fences.
+private struct ChunkWriter {
+    private let insert: BulkStatement
+    private let run: Int64
+    private let chunkKeys: Int
+    private var pairs: [Int64] = []
+    private var fences: [Int64] = []
+    private var filter: BloomFilter
+    private var keys: Int64 = 0
+
+    init(_ db: Database, _ table: String, run: Int64, keys: Int, chunkKeys: Int) throws {
+        insert = try BulkStatement(cached: db, "INSERT INTO \(table) (id, keys) VALUES (?, ?)")
+        (self.run, self.chunkKeys) = (run, chunkKeys)
+        filter = BloomFilter(keys: keys)
+        pairs.reserveCapacity(chunkKeys * 2)
+    }
+
+    mutating func add(_ hash: Int64, _ seq: Int64) throws {
+        if pairs.isEmpty { fences.append(hash) }
+        pairs.append(hash.littleEndian)
+        pairs.append(seq.littleEndian)
+        filter.insert(hash)
+        keys += 1
+        if pairs.count == chunkKeys * 2 { try flush() }
+    }
+
+    private mutating func flush() throws {
+        guard !pairs.isEmpty else { return }
+        let id = run << 32 | Int64(fences.count - 1)
+        try pairs.withUnsafeBytes { bytes in _ = try insert.run { $0.add(id); $0.add(blob: bytes) } }
+        pairs.removeAll(keepingCapacity: true)
+    }
+
+    fileprivate mutating func finish(tier: Int, generation: Int64) throws -> KeyRuns.Sealed {
+        try flush()
+        return KeyRuns.Sealed(id: run, tier: tier, keys: keys, generation: generation, filter: filter, fences: fences,
+                              changed: true)
+    }
 }
 
 /// The log's two unique keys for one transaction's appends: `event_id` (migration v16) and

@@ -556,6 +556,64 @@ package enum Schema {
                 CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
                 """)
         }
+        migrator.registerMigration("v18-key-runs-in-chunks") { db in
+            // A sealed run was a row per key of a WITHOUT ROWID table: a merge read and wrote
+            // each key through SQLite's B-tree (2.4-2.8 s for 2.5M keys). A run is now a sequence
+            // of chunks, each one row of a page's worth of its (hash, seq) pairs in key order, 16
+            // bytes each, little-endian; `id` is run << 32 | chunk; `key_runs.fences` holds the
+            // first hash of each chunk, 8 bytes each, little-endian. Every sealed run is
+            // rewritten so (about a second per million keys); its filter is kept.
+            let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+            let pairsPerChunk = max(16, (pageSize - 128) / 16)
+            try db.execute(sql: "ALTER TABLE key_runs ADD COLUMN fences BLOB")
+            let tables = [
+                (name: "event_id_runs", create: """
+                    ALTER TABLE event_id_runs RENAME TO event_id_runs_v17;
+                    CREATE TABLE event_id_runs (
+                        id   INTEGER PRIMARY KEY,
+                        keys BLOB NOT NULL CHECK (length(keys) > 0 AND length(keys) % 16 = 0)
+                    ) STRICT;
+                    """,
+                 read: "SELECT key_hash, seq FROM event_id_runs_v17 WHERE run = ? ORDER BY key_hash, seq",
+                 insert: "INSERT INTO event_id_runs (id, keys) VALUES (?, ?)", drop: "DROP TABLE event_id_runs_v17"),
+                (name: "nonce_runs", create: """
+                    ALTER TABLE nonce_runs RENAME TO nonce_runs_v17;
+                    CREATE TABLE nonce_runs (
+                        id   INTEGER PRIMARY KEY,
+                        keys BLOB NOT NULL CHECK (length(keys) > 0 AND length(keys) % 16 = 0)
+                    ) STRICT;
+                    """,
+                 read: "SELECT key_hash, seq FROM nonce_runs_v17 WHERE run = ? ORDER BY key_hash, seq",
+                 insert: "INSERT INTO nonce_runs (id, keys) VALUES (?, ?)", drop: "DROP TABLE nonce_runs_v17"),
+            ]
+            for table in tables {
+                try db.execute(sql: table.create)
+                let insert = try db.makeStatement(sql: table.insert)
+                let runs = try Int64.fetchAll(db, sql: "SELECT run FROM key_runs WHERE name = ? AND sealed = 1 ORDER BY run",
+                                              arguments: [table.name])
+                for run in runs {
+                    var fences = Data(), chunk = Data()
+                    var index: Int64 = 0
+                    func flush() throws {
+                        try insert.execute(arguments: [run << 32 | index, chunk])
+                        index += 1
+                        chunk.removeAll(keepingCapacity: true)
+                    }
+                    let rows = try Row.fetchCursor(db, sql: table.read, arguments: [run])
+                    while let row = try rows.next() {
+                        let (hash, seq): (Int64, Int64) = (row[0], row[1])
+                        if chunk.isEmpty { withUnsafeBytes(of: hash.littleEndian) { fences.append(contentsOf: $0) } }
+                        withUnsafeBytes(of: hash.littleEndian) { chunk.append(contentsOf: $0) }
+                        withUnsafeBytes(of: seq.littleEndian) { chunk.append(contentsOf: $0) }
+                        if chunk.count == pairsPerChunk * 16 { try flush() }
+                    }
+                    if !chunk.isEmpty { try flush() }
+                    try db.execute(sql: "UPDATE key_runs SET fences = ? WHERE name = ? AND run = ?",
+                                   arguments: [fences, table.name, run])
+                }
+                try db.execute(sql: table.drop)
+            }
+        }
         return migrator
     }
 }

@@ -73,7 +73,7 @@ import Testing
                     #expect(found.count == Set(found).count)
                 }
                 // Sealed runs hold their keys as rows; the open run's are the rows from its first seq.
-                let stored = try Int64.fetchOne(db, sql: "SELECT count(*) FROM nonce_runs")!
+                let stored = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(keys) / 16), 0) FROM nonce_runs")!
                 let sealed = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(keys), 0) FROM key_runs WHERE sealed")!
                 let open = try Row.fetchOne(db, sql: """
                     SELECT keys, (SELECT count(*) FROM test_keys WHERE seq >= first_seq) FROM key_runs
@@ -94,8 +94,8 @@ import Testing
         #expect(tiers >= 2) // merges of merged runs happened
     }
 
-    /// A merge large enough to go through several slices of the hash range keeps every key, in
-    /// key order, and its filter finds each one.
+    /// A merge of runs of many chunks keeps every key, in key order, and its filter and fences
+    /// find each one.
     @Test func aMergeBySlicesKeepsEveryKeyInOrder() throws {
         let queue = try Self.database()
         let shape = KeyRuns.Shape(firstCapacity: 50_000, fanOut: 2)
@@ -111,17 +111,21 @@ import Testing
             let described = try Row.fetchAll(db, sql: "SELECT tier, keys, sealed FROM key_runs WHERE name = 'nonce_runs' ORDER BY sealed")
                 .map { row -> [Int64] in [row[0], row[1], row[2]] }
             #expect(described == [[0, 0, 0], [1, 100_000, 1]])
+            // The chunks in id order hold the pairs in key order, 16 bytes each, little-endian.
             var stored: [Int64] = []
-            for row in try Row.fetchAll(db, sql: "SELECT key_hash, seq FROM nonce_runs ORDER BY run, key_hash, seq") {
-                stored.append(row[0])
-                stored.append(row[1])
+            for chunk in try Data.fetchAll(db, sql: "SELECT keys FROM nonce_runs ORDER BY id") {
+                chunk.withUnsafeBytes { raw in
+                    for offset in stride(from: 0, to: raw.count, by: 8) {
+                        stored.append(Int64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: Int64.self)))
+                    }
+                }
             }
             let expected: [Int64] = added.sorted { ($0.hash, $0.seq) < ($1.hash, $1.seq) }.flatMap { [$0.hash, $0.seq] }
             #expect(stored == expected)
             // The stored filter (no cache), as another writer would read it.
             var cache = KeyRuns.Cache()
             let runs = try Self.runs(db, cache: &cache, shape: shape)
-            for key in added.prefix(2_000) { #expect(try runs.seqs(hash: key.hash).contains(key.seq)) }
+            for key in added.shuffled(using: &rng).prefix(5_000) { #expect(try runs.seqs(hash: key.hash).contains(key.seq)) }
         }
     }
 
@@ -149,6 +153,38 @@ import Testing
                 SELECT run, keys, sealed, filter IS NOT NULL, first_seq FROM key_runs WHERE name = 'nonce_runs' ORDER BY run
                 """).map { row -> [Int64?] in [row[0], row[1], row[2], row[3], row[4]] }
             #expect(described == [[1, 2, 1, 1, nil], [2, 1, 0, 0, 1]])
+        }
+    }
+
+    /// Keys that share a hash across chunk boundaries (small pages: 24 pairs to a chunk) are
+    /// all found, in sealed and merged runs.
+    @Test func aHashAcrossChunksIsFoundInEach() throws {
+        let queue = try DatabaseQueue()
+        try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA page_size = 512; VACUUM") }
+        try Schema.migrator.migrate(queue)
+        try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
+        let shape = KeyRuns.Shape(firstCapacity: 100, fanOut: 3)
+        var rng = SeededGenerator(seed: 5)
+        var writer = Writer()
+        var model: [Int64: Set<Int64>] = [:]
+        var seq: Int64 = 0
+        for _ in 0..<40 {
+            let keys = (0..<50).map { _ -> (hash: Int64, seq: Int64) in
+                seq += 1
+                return (Int64(rng.next() % 60), seq)
+            }
+            try writer.add(keys, to: queue, commit: true, shape: shape)
+            for key in keys { model[key.hash, default: []].insert(key.seq) }
+        }
+        try queue.read { db in
+            #expect(try Int.fetchOne(db, sql: "PRAGMA page_size") == 512)
+            var cache = KeyRuns.Cache()
+            let runs = try Self.runs(db, cache: &cache, shape: shape)
+            for hash in Int64(-1)...60 {
+                let found = try runs.seqs(hash: hash)
+                #expect(Set(found) == model[hash] ?? [] && found.count == Set(found).count, "hash \(hash)")
+            }
+            #expect(try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs") ?? 0 >= 2)
         }
     }
 }
