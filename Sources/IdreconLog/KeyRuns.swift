@@ -295,6 +295,7 @@ package struct KeyRuns {
         for key in keys { try writer.add(key.hash, key.seq) }
         sealed.append(try writer.finish(tier: 0, generation: Self.newGeneration()))
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, changed: true)
+        open.seqs.reserveCapacity(shape.firstCapacity)
     }
 
     /// Merges the sealed runs of each tier that has `fanOut` of them into one run of the next.

@@ -7,17 +7,35 @@ import IdreconDomain
 /// configuration types): a database made by any release upgrades the same way.
 package enum Schema {
     /// The migrations that rewrite the whole log (`v12-event-payloads`, `v16-event-id-runs`):
-    /// a minute or more at 10M events, so an open that will run one says so first
-    /// (`eventsToRewrite`).
+    /// a minute or more at 10M events; and the one that rewrites its unique keys
+    /// (`v18-key-runs-in-chunks`): about a second per million events. An open that will run
+    /// one says so first (`pendingRewrite`).
     private static let logRewrite = "v12-event-payloads"
     private static let eventIDRewrite = "v16-event-id-runs"
+    private static let keysRewrite = "v18-key-runs-in-chunks"
 
-    /// The events whose rows the pending migrations rewrite: the log's size while one of them
-    /// has not run on a database that has a log, else 0.
-    package static func eventsToRewrite(_ db: Database) throws -> Int64 {
+    /// What a pending migration rewrites.
+    package enum Rewrite: Sendable {
+        /// Every event's row (v12, v16).
+        case log
+        /// The sorted runs of the log's unique keys (v18).
+        case uniqueKeys
+    }
+
+    /// The largest rewrite the pending migrations make, with the log's size; nil when none
+    /// is pending or the database has no log yet.
+    package static func pendingRewrite(_ db: Database) throws -> (rewrite: Rewrite, events: Int64)? {
         let applied = try migrator.appliedIdentifiers(db)
-        guard !applied.contains(logRewrite) || !applied.contains(eventIDRewrite), try db.tableExists("events") else { return 0 }
-        return try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0
+        guard try db.tableExists("events") else { return nil }
+        let rewrite: Rewrite
+        if !applied.contains(logRewrite) || !applied.contains(eventIDRewrite) {
+            rewrite = .log
+        } else if !applied.contains(keysRewrite) {
+            rewrite = .uniqueKeys
+        } else {
+            return nil
+        }
+        return (rewrite, try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0)
     }
 
     package static var migrator: DatabaseMigrator {
