@@ -16,6 +16,7 @@ public final class EventStore: Sendable {
     package let projections: ProjectionRegistry
     /// The filters of the log's unique keys, kept between this writer's transactions.
     private let uniqueKeys = Mutex(UniqueKeys.Cache())
+    private let keyShape: KeyRuns.Shape
 
     /// Page cache per connection. 64 MB was no faster than 32 MB at 1M events (ingest 33–46 s
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
@@ -38,11 +39,15 @@ public final class EventStore: Sendable {
 
     /// Opens the database folding `projections`: a writer builds a registered projection
     /// the database has not seen from the log before returning (`ProjectionCursors`).
+    /// `keyShape`: when the unique keys' runs are sealed and merged (small in tests, so that
+    /// appends meet sealed and merged runs).
     package init(
-        path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false, projections: ProjectionRegistry
+        path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false, projections: ProjectionRegistry,
+        keyShape: KeyRuns.Shape = .standard
     ) throws(IdreconError) {
         self.path = path
         self.projections = projections
+        self.keyShape = keyShape
         self.readOnly = readOnly
         let config = Self.configuration(readOnly: readOnly)
         var isDirectory: ObjCBool = false
@@ -231,7 +236,7 @@ public final class EventStore: Sendable {
         try uniqueKeys.withLock { (cache) throws(IdreconError) in try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
-            var keys = try UniqueKeys(db, cache: &cache)
+            var keys = try UniqueKeys(db, cache: &cache, shape: keyShape)
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &keys))
             }
