@@ -162,7 +162,7 @@ package struct KeyRuns {
 
     /// Pairs to a chunk for pages of `pageSize` bytes: one chunk to a leaf page, with room for
     /// the row's header.
-    package static func chunkKeys(pageSize: Int) -> Int { max(16, (pageSize - 128) / 16) }
+    private static func chunkKeys(pageSize: Int) -> Int { max(16, (pageSize - 128) / 16) }
 
     /// The row id of a run's chunk.
     private static func chunkID(_ run: Int64, _ chunk: Int) -> Int64 { run << 32 | Int64(chunk) }
@@ -184,7 +184,7 @@ package struct KeyRuns {
             .each({ $0.add(chunkID(run, 0)); $0.add(chunkID(run, Int(UInt32.max))) }) { row in
                 let pairs = row.blob(0)
                 for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
-                    let hash = Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+                    let hash = pairs.int64(at: offset / 8)
                     if offset == 0 { fences.append(hash) }
                     filter.insert(hash)
                 }
@@ -196,7 +196,7 @@ package struct KeyRuns {
     private static func fences(_ data: Data) -> [Int64]? {
         guard data.count % 8 == 0 else { return nil }
         return data.withUnsafeBytes { raw in
-            (0..<(data.count / 8)).map { Int64(littleEndian: raw.loadUnaligned(fromByteOffset: $0 * 8, as: Int64.self)) }
+            (0..<(data.count / 8)).map { raw.int64(at: $0) }
         }
     }
 
@@ -249,14 +249,14 @@ package struct KeyRuns {
             var more = true
             try readChunk.first({ $0.add(Self.chunkID(id, chunk)) }) { row in
                 let pairs = row.blob(0)
-                func hashAt(_ i: Int) -> Int64 { Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: i * 16, as: Int64.self)) }
+                func hashAt(_ i: Int) -> Int64 { pairs.int64(at: i * 2) }
                 var (low, high) = (0, pairs.count / 16)
                 while low < high {
                     let mid = (low + high) / 2
                     if hashAt(mid) < hash { low = mid + 1 } else { high = mid }
                 }
                 while more, low < pairs.count / 16, hashAt(low) == hash {
-                    more = try body(Int64(littleEndian: pairs.loadUnaligned(fromByteOffset: low * 16 + 8, as: Int64.self)))
+                    more = try body(pairs.int64(at: low * 2 + 1))
                     low += 1
                 }
             }
@@ -339,7 +339,7 @@ package struct KeyRuns {
                 try readChunk.first({ $0.add(Self.chunkID(cursor.run, cursor.chunk)) }) { row in
                     let bytes = row.blob(0)
                     for offset in stride(from: 0, to: bytes.count - 7, by: 8) {
-                        cursor.pairs.append(Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self)))
+                        cursor.pairs.append(bytes.int64(at: offset / 8))
                     }
                 }
             }
@@ -472,5 +472,12 @@ package struct UniqueKeys {
     package mutating func finish(_ db: Database, into cache: inout Cache) throws {
         try eventIDs.finish(db, into: &cache.eventIDs)
         try nonces.finish(db, into: &cache.nonces)
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// The `index`th 8-byte little-endian integer: the layout of the runs' chunks and fences.
+    fileprivate func int64(at index: Int) -> Int64 {
+        Int64(littleEndian: loadUnaligned(fromByteOffset: index * 8, as: Int64.self))
     }
 }
