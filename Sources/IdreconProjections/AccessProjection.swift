@@ -78,6 +78,8 @@ enum AccessProjection: Projection {
 
         /// Adds the ASID's next login in event time.
         mutating func add(_ login: Login) {
+            // The latest key again is that login again (a row repeated by hand; see `DeviceState.apply`).
+            if let last, last.key == login.key { return }
             if let last, last.limited {
                 if spans.isEmpty { closedStored = (last.key, login.key) } else { spans[spans.count - 1].to = login.key }
             }

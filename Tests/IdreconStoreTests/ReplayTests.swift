@@ -26,6 +26,44 @@ import Testing
         try s.verifyReplay()
     }
 
+    /// The log holds each event ID once (the append decides every key), but a row can be added
+    /// to it by hand, with the `sqlite3` shell. Repeated rows are the same events again: a
+    /// replay (in memory and in partitions), a late event's refold and the exports come out as
+    /// without them. The devices' fold trapped on the repeated key before.
+    @Test func rowsRepeatedByHandAreFoldedOnce() throws {
+        var s = try Stream()
+        var lines: [String] = []
+        for i in 0..<240 {
+            let device = "d\(i % 25)", day = 1 + Double(i) / 40
+            lines.append(i % 11 == 5 ? Stream.logout("r\(i)", day: day, device: device)
+                : Stream.login("r\(i)", day: day, device: device, asid: "\(i % 35)", limited: i % 3 == 0,
+                               extra: ["email": "p\(i % 20)@example.com", "friend_asids": ["\((i + 1) % 35)"]]))
+        }
+        try s.ingest(lines, batchSize: 40)
+        let digests = try s.store.projectionDigests()
+        let exports = try ExportKind.allCases.map { try s.export($0) }
+        try s.store.write { db in
+            for seq in [1, 2, 6, 17, 100, 239] as [Int64] { // logins, limited ones, a logout
+                try db.execute(sql: """
+                    INSERT INTO event_payloads (seq, payload) SELECT (SELECT max(seq) + 1 FROM events), payload
+                    FROM event_payloads WHERE seq = ?;
+                    INSERT INTO events SELECT (SELECT max(seq) + 1 FROM events), event_id, type, occurred_at, app_id,
+                        device_id, asid, tracking, nonce, device_key, asid_key, link_email, link_tfb, friends,
+                        declines_friends, source_id, position + 1000 FROM events WHERE seq = ?;
+                    """, arguments: [seq, seq])
+            }
+        }
+        for partitionSize in [Int.max, 60] {
+            let report = try s.store.replay(partitionSize: partitionSize)
+            #expect(report.swapped && report.drift.isEmpty)
+            #expect(try s.store.projectionDigests() == digests)
+        }
+        #expect(try ExportKind.allCases.map { try s.export($0) } == exports)
+        // A late event on a device and of an ASID whose rows are repeated: both fold again from the log.
+        try s.ingest([Stream.login("late", day: 1.01, device: "d1", asid: "1", limited: true)])
+        try s.verifyReplay()
+    }
+
     /// A writer that is released leaves the WAL checkpointed and empty even while another
     /// connection keeps the database open: SQLite deletes the WAL at close only for the last
     /// connection, and readers that come later would look each page up in what it left.

@@ -54,6 +54,9 @@ public struct DeviceState: Sendable, Equatable {
     /// device was limited until now) and the span it opens (a limited login).
     @discardableResult
     public mutating func apply(_ fact: DeviceFact) -> (closed: LimitedSpan?, opened: LimitedSpan?) {
+        // The log holds each event ID once, but a row added to it by hand can repeat one: the
+        // device's latest key again is that event again, and changes nothing (a trap before).
+        if let last, last == fact.key { return (nil, nil) }
         precondition(last.map { $0 < fact.key } ?? true, "device facts must be applied in event-time order")
         var closed: LimitedSpan?
         if mode == .limited, let asid, let last { closed = LimitedSpan(asid: asid, from: last, to: fact.key) }
