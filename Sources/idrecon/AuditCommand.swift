@@ -19,6 +19,7 @@ struct AuditCommand: AsyncParsableCommand {
         static let batch = 262_144
 
         static let configuration = CommandConfiguration(
+            commandName: "calls",
             abstract: "Judge Graph-API calls against the access state of their ASID at the time of each call.",
             discussion: """
                 FILE holds JSON lines {"called_at": RFC3339, "asid": "…", …} (extra fields are kept in \

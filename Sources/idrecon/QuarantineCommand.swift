@@ -11,7 +11,7 @@ struct QuarantineCommand: AsyncParsableCommand {
     )
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List quarantined records (oldest first).")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List quarantined records (oldest first).")
 
         @OptionGroup var global: GlobalOptions
         @OptionGroup var output: FormatOptions
@@ -49,6 +49,7 @@ struct QuarantineCommand: AsyncParsableCommand {
 
     struct Retry: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "retry",
             abstract: "Re-validate quarantined records (e.g. after a JWKS update) and append those that now pass, in their original order.")
 
         @OptionGroup var global: GlobalOptions
@@ -84,7 +85,7 @@ struct QuarantineCommand: AsyncParsableCommand {
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show one quarantined record with its raw bytes.")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one quarantined record with its raw bytes.")
 
         @OptionGroup var global: GlobalOptions
         @OptionGroup var output: FormatOptions

@@ -16,6 +16,24 @@ import Testing
         return (s, db)
     }
 
+    /// Every command names itself. Without a `commandName` the argument parser spells the type's
+    /// name with `String(describing:)` on every start, and its dynamic casts scan the binary's
+    /// 10,000 protocol conformances: four unnamed subcommands were a tenth of `--version`'s time.
+    @Test func everyCommandNamesItself() throws {
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/idrecon")
+        let files = try FileManager.default.contentsOfDirectory(at: sources, includingPropertiesForKeys: nil)
+        var configurations = 0
+        for file in files where file.pathExtension == "swift" {
+            for part in try String(contentsOf: file, encoding: .utf8).components(separatedBy: "CommandConfiguration(").dropFirst() {
+                configurations += 1
+                #expect(part.drop { $0 == " " || $0 == "\n" }.hasPrefix("commandName:"),
+                        "\(file.lastPathComponent): a CommandConfiguration without commandName")
+            }
+        }
+        #expect(configurations >= 20)
+    }
+
     @Test func queriesAnswerAndSayNotFoundWithExitOne() throws {
         let (s, db) = try db()
         _ = s
