@@ -11,7 +11,8 @@ struct QuarantineCommand: AsyncParsableCommand {
     )
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "list", abstract: "List quarantined records (oldest first).")
+        static let configuration = CommandConfiguration(
+            commandName: "list", abstract: "List quarantined records (oldest first).")
 
         @OptionGroup var global: GlobalOptions
         @OptionGroup var output: FormatOptions
@@ -85,7 +86,8 @@ struct QuarantineCommand: AsyncParsableCommand {
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one quarantined record with its raw bytes.")
+        static let configuration = CommandConfiguration(
+            commandName: "show", abstract: "Show one quarantined record with its raw bytes.")
 
         @OptionGroup var global: GlobalOptions
         @OptionGroup var output: FormatOptions

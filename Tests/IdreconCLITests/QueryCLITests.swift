@@ -25,7 +25,8 @@ import Testing
         let files = try FileManager.default.contentsOfDirectory(at: sources, includingPropertiesForKeys: nil)
         var configurations = 0
         for file in files where file.pathExtension == "swift" {
-            for part in try String(contentsOf: file, encoding: .utf8).components(separatedBy: "CommandConfiguration(").dropFirst() {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            for part in text.components(separatedBy: "CommandConfiguration(").dropFirst() {
                 configurations += 1
                 #expect(part.drop { $0 == " " || $0 == "\n" }.hasPrefix("commandName:"),
                         "\(file.lastPathComponent): a CommandConfiguration without commandName")

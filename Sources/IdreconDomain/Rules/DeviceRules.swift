@@ -55,7 +55,7 @@ public struct DeviceState: Sendable, Equatable {
     @discardableResult
     public mutating func apply(_ fact: DeviceFact) -> (closed: LimitedSpan?, opened: LimitedSpan?) {
         // The log holds each event ID once, but a row added to it by hand can repeat one: the
-        // device's latest key again is that event again, and changes nothing (a trap before).
+        // device's latest key again is that event again, and changes nothing.
         if let last, last == fact.key { return (nil, nil) }
         precondition(last.map { $0 < fact.key } ?? true, "device facts must be applied in event-time order")
         var closed: LimitedSpan?
