@@ -166,8 +166,6 @@ public struct FileIngestor: Sendable {
 
 /// Validation is pure, so a batch is validated on all cores.
 public enum BatchValidator {
-    static let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
-
     /// `oversized` marks, by index, records of which `pending` holds only the beginning (a
     /// line the reader did not buffer whole): they are quarantined without being parsed.
     /// `yielding`: validated on the calling thread alone, which the caller has lowered to the
@@ -177,7 +175,7 @@ public enum BatchValidator {
         _ pending: [(raw: [UInt8], origin: RecordOrigin)], tokens: TokenVerifier? = nil, maxRecordBytes: Int = RecordSize.defaultLimit,
         oversized: [Int: (bytes: Int64, eventID: String?)] = [:], yielding: Bool = false
     ) -> [IncomingRecord] {
-        let chunks = yielding ? 1 : max(1, min(pending.count / 256, cores * 2))
+        let chunks = yielding ? 1 : max(1, min(pending.count / 256, Machine.cores * 2))
         return [IncomingRecord](unsafeUninitializedCapacity: pending.count) { buffer, initialized in
             nonisolated(unsafe) let out = buffer
             @Sendable func validate(chunk: Int) {

@@ -29,7 +29,7 @@ public final class EventStore: Sendable {
     static let pageSizeBytes = 16384
 
     /// Helper threads SQLite may start for one sort (`PRAGMA threads`): one per core.
-    static let sortThreads = min(8, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+    static let sortThreads = min(8, Machine.cores)
 
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
     /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.

@@ -1,4 +1,5 @@
 import Foundation
+import IdreconDomain
 #if canImport(CMalloc)
 import CMalloc
 #endif
@@ -15,9 +16,7 @@ enum MemoryPolicy {
     static func apply() {
         #if canImport(CMalloc)
         _ = mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-        // The cores online, as the rest of idrecon counts them: `ProcessInfo.activeProcessorCount`
-        // reads the cgroup's files, a twentieth of every command's start.
-        _ = mallopt(M_ARENA_MAX, Int32(clamping: max(2, sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+        _ = mallopt(M_ARENA_MAX, Int32(clamping: max(2, Machine.cores)))
         #endif
     }
 }
