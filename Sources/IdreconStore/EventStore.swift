@@ -158,17 +158,13 @@ public final class EventStore: Sendable {
     /// command silent for that long looks hung.
     private static func announceLongUpgrade(_ pool: DatabasePool, path: String) throws {
         guard let (rewrite, events) = try pool.read({ db in try Schema.pendingRewrite(db) }) else { return }
-        let line: String
-        switch rewrite {
-        case .log:
-            guard events >= 100_000 else { return }
-            line = "idrecon: upgrading \(path): the log's \(events) events are rewritten once "
-                + "(10-30 s per million events; stopping it rolls it back)\n"
+        let (what, pace, announcedFrom): (String, String, Int64) = switch rewrite {
+        case .log: ("the log's \(events) events", "10-30 s per million events", 100_000)
         case .uniqueKeys:
-            guard events >= 1_000_000 else { return }
-            line = "idrecon: upgrading \(path): the unique keys of the log's \(events) events are rewritten once "
-                + "(about a second per million events; stopping it rolls it back)\n"
+            ("the unique keys of the log's \(events) events", "about a second per million events", 1_000_000)
         }
+        guard events >= announcedFrom else { return }
+        let line = "idrecon: upgrading \(path): \(what) are rewritten once (\(pace); stopping it rolls it back)\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
 
