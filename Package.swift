@@ -48,7 +48,7 @@ let package = Package(
         .target(
             name: "IdreconProjections",
             dependencies: [
-                "IdreconDomain", "IdreconLog", .product(name: "GRDB", package: "GRDB.swift"),
+                "IdreconDomain", "IdreconLog", "CPrefetch", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -70,6 +70,8 @@ let package = Package(
         .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
         // glibc's `mallopt` (the process's allocator settings, `MemoryPolicy`).
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
+        // The compiler's prefetch hint, for the bulk folds' scattered reads.
+        .systemLibrary(name: "CPrefetch", path: "Sources/CPrefetch"),
         // Thin Kafka layer: consumer with offsets in SQLite, producer, embedded mock cluster.
         .target(
             name: "IdreconKafka",

@@ -1,3 +1,4 @@
+import CPrefetch
 import IdreconDomain
 
 extension ProjectionBuilder {
@@ -179,6 +180,19 @@ extension ProjectionBuilder {
             slice(base, e.offset + Int(e.appLength) + Int(e.deviceLength), e.eventIDLength)
         }
 
+        /// How many events of each part ahead of the one folded `fold` asks for texts: sorted, the
+        /// entries are read in order and their texts all over the buffer, each a miss of the CPU's
+        /// caches (the first reads of the events' texts were a fifth of the devices' fold).
+        static let ahead = 16
+
+        /// Asks the CPU to load the texts of `e` (its first 128 bytes: app, device, event and ASID
+        /// IDs of usual lengths) into its caches.
+        static func prefetch(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) {
+            let start = base.baseAddress! + e.offset
+            idrecon_prefetch(start)
+            idrecon_prefetch(start + 64)
+        }
+
         /// The `length` bytes at `offset` (the packed texts of replay's entries).
         static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
             UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
@@ -203,9 +217,11 @@ extension ProjectionBuilder {
                     let entry: DeviceEvents.Entry, base: UnsafeBufferPointer<UInt8>
                     if j == b.entries.count || (i < a.entries.count && DeviceEvents.precedes(a.entries[i], x, b.entries[j], y)) {
                         (entry, base) = (a.entries[i], x)
+                        if i + DeviceEvents.ahead < a.entries.count { DeviceEvents.prefetch(a.entries[i + DeviceEvents.ahead], x) }
                         i += 1
                     } else {
                         (entry, base) = (b.entries[j], y)
+                        if j + DeviceEvents.ahead < b.entries.count { DeviceEvents.prefetch(b.entries[j + DeviceEvents.ahead], y) }
                         j += 1
                     }
                     if let device = current, !DeviceEvents.sameDevice(device.entry, device.base, entry, base) {
