@@ -230,7 +230,7 @@ enum FriendsProjection: Projection {
         private struct Entry {
             /// The first 16 bytes of `a` and of `b` (`DeviceEvents.prefix16`): the sort reads the
             /// bytes only for ASIDs longer than that.
-            var a: (UInt64, UInt64), b: (UInt64, UInt64)
+            var a: ByteBounds.Prefix, b: ByteBounds.Prefix
             var offset: Int
             var aLength: UInt32, bLength: UInt32
             var byA: Bool
@@ -254,28 +254,27 @@ enum FriendsProjection: Projection {
                 (ProjectionBuilder.DeviceEvents.prefix16(base, offset, aLength),
                  ProjectionBuilder.DeviceEvents.prefix16(base, offset + a.count, bLength))
             }
-            entries.append(Entry(a: prefixes.0, b: prefixes.1, offset: offset, aLength: aLength, bLength: bLength, byA: byA))
+            entries.append(
+                Entry(a: prefixes.0, b: prefixes.1, offset: offset, aLength: aLength, bLength: bLength, byA: byA))
         }
 
         /// Sorts the records by edge (the bytes of `a`, then of `b`) and sends each edge once with
         /// the sides its records name, in batches of at most `batches` edges.
         mutating func merged(batches limit: Int, _ send: (BulkSpill.Batch) throws -> Void) throws {
             try bytes.withUnsafeBufferPointer { base in
-                func a(_ e: Entry) -> UnsafeBufferPointer<UInt8> { ProjectionBuilder.DeviceEvents.slice(base, e.offset, e.aLength) }
+                func a(_ e: Entry) -> UnsafeBufferPointer<UInt8> {
+                    ProjectionBuilder.DeviceEvents.slice(base, e.offset, e.aLength)
+                }
                 func b(_ e: Entry) -> UnsafeBufferPointer<UInt8> {
                     ProjectionBuilder.DeviceEvents.slice(base, e.offset + Int(e.aLength), e.bLength)
                 }
-                /// The order of two texts given their prefixes and lengths (`ByteBounds.compare`'s rule).
-                func order(_ x: (UInt64, UInt64), _ xLength: UInt32, _ y: (UInt64, UInt64), _ yLength: UInt32,
-                           _ bytes: () -> (UnsafeBufferPointer<UInt8>, UnsafeBufferPointer<UInt8>)) -> Int {
-                    if x != y { return x < y ? -1 : 1 }
-                    if xLength <= 16, yLength <= 16 { return xLength < yLength ? -1 : xLength == yLength ? 0 : 1 }
-                    let (u, v) = bytes()
-                    return String.sameBytes(u, v) ? 0 : String.bytesPrecede(u, v) ? -1 : 1
+                func bytes(_ u: UnsafeBufferPointer<UInt8>, _ v: UnsafeBufferPointer<UInt8>) -> Int {
+                    String.sameBytes(u, v) ? 0 : String.bytesPrecede(u, v) ? -1 : 1
                 }
                 func compare(_ l: Entry, _ r: Entry) -> Int {
-                    let first = order(l.a, l.aLength, r.a, r.aLength) { (a(l), a(r)) }
-                    return first != 0 ? first : order(l.b, l.bLength, r.b, r.bLength) { (b(l), b(r)) }
+                    let first = ByteBounds.order(l.a, Int(l.aLength), r.a, Int(r.aLength)) { bytes(a(l), a(r)) }
+                    guard first == 0 else { return first }
+                    return ByteBounds.order(l.b, Int(l.bLength), r.b, Int(r.bLength)) { bytes(b(l), b(r)) }
                 }
                 entries.sort { compare($0, $1) < 0 }
                 var batch: BulkSpill.Batch = []
@@ -288,8 +287,9 @@ enum FriendsProjection: Projection {
                         if entries[j].byA { sides.byA = true } else { sides.byB = true }
                         j += 1
                     }
-                    let edge = Edge(String(decoding: a(entries[i]), as: UTF8.self), String(decoding: b(entries[i]), as: UTF8.self))
-                    batch.append((edge, sides))
+                    let x = String(decoding: a(entries[i]), as: UTF8.self)
+                    let y = String(decoding: b(entries[i]), as: UTF8.self)
+                    batch.append((Edge(x, y), sides))
                     if batch.count >= limit {
                         try send(batch)
                         batch.removeAll(keepingCapacity: true)

@@ -183,14 +183,20 @@ struct ByteBounds: Sendable {
     /// of); equal ones and texts of at most 16 bytes, the lengths; longer texts, their bytes.
     func compare(_ index: Int, _ probe: Probe) -> Int {
         let entry = entries[index]
-        if entry.prefix != probe.prefix { return entry.prefix < probe.prefix ? -1 : 1 }
-        if entry.count <= 16, probe.text.count <= 16 {
-            return entry.count < probe.text.count ? -1 : entry.count == probe.text.count ? 0 : 1
+        return Self.order(entry.prefix, entry.count, probe.prefix, probe.text.count) {
+            bytes.withUnsafeBufferPointer { all in
+                let bound = UnsafeBufferPointer(rebasing: all[entry.start..<entry.start + entry.count])
+                return String.sameBytes(bound, probe.text) ? 0 : String.bytesPrecede(bound, probe.text) ? -1 : 1
+            }
         }
-        return bytes.withUnsafeBufferPointer { all in
-            let bound = UnsafeBufferPointer(rebasing: all[entry.start..<entry.start + entry.count])
-            return String.sameBytes(bound, probe.text) ? 0 : String.bytesPrecede(bound, probe.text) ? -1 : 1
-        }
+    }
+
+    /// The order of two texts of `xLength` and `yLength` bytes with prefixes `x` and `y`: `compare`'s
+    /// rule; `bytes` orders the texts themselves when their prefixes cannot.
+    static func order(_ x: Prefix, _ xLength: Int, _ y: Prefix, _ yLength: Int, bytes: () -> Int) -> Int {
+        if x != y { return x < y ? -1 : 1 }
+        if xLength <= 16, yLength <= 16 { return xLength < yLength ? -1 : xLength == yLength ? 0 : 1 }
+        return bytes()
     }
 
     /// How many bounds are at or below a key, given each bound's order against it (`compare`):

@@ -217,11 +217,15 @@ extension ProjectionBuilder {
                     let entry: DeviceEvents.Entry, base: UnsafeBufferPointer<UInt8>
                     if j == b.entries.count || (i < a.entries.count && DeviceEvents.precedes(a.entries[i], x, b.entries[j], y)) {
                         (entry, base) = (a.entries[i], x)
-                        if i + DeviceEvents.ahead < a.entries.count { DeviceEvents.prefetch(a.entries[i + DeviceEvents.ahead], x) }
+                        if i + DeviceEvents.ahead < a.entries.count {
+                            DeviceEvents.prefetch(a.entries[i + DeviceEvents.ahead], x)
+                        }
                         i += 1
                     } else {
                         (entry, base) = (b.entries[j], y)
-                        if j + DeviceEvents.ahead < b.entries.count { DeviceEvents.prefetch(b.entries[j + DeviceEvents.ahead], y) }
+                        if j + DeviceEvents.ahead < b.entries.count {
+                            DeviceEvents.prefetch(b.entries[j + DeviceEvents.ahead], y)
+                        }
                         j += 1
                     }
                     if let device = current, !DeviceEvents.sameDevice(device.entry, device.base, entry, base) {

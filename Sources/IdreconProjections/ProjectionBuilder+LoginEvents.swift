@@ -229,7 +229,9 @@ extension ProjectionBuilder {
         /// Where an ASID's probe starts, before the table's mask: from its prefix and length, and
         /// for an ASID longer than its prefix, from all its bytes (ASIDs that share their first 16
         /// bytes do not all start on one slot).
-        private static func slot(_ prefix: UInt64, _ next: UInt64, _ length: UInt32, _ friend: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        private static func slot(
+            _ prefix: UInt64, _ next: UInt64, _ length: UInt32, _ friend: UnsafeBufferPointer<UInt8>
+        ) -> UInt64 {
             var hash = prefix ^ next &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(length)
             if length > 16 { hash ^= UInt64(bitPattern: StableHash.key(utf8: friend)) }
             // MurmurHash3's finalizer: every bit of the ASID reaches the low bits, which pick the slot.

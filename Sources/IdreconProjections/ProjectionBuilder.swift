@@ -180,11 +180,14 @@ package struct ProjectionBuilder {
                 }
             }
             let prepared = Relay<Handoff<PreparedASIDs>> { send in
-                while let facts = try aggregated.next() { try send(Handoff(try Self.prepare(facts.take(), friends: friends))) }
+                while let facts = try aggregated.next() {
+                    try send(Handoff(try Self.prepare(facts.take(), friends: friends)))
+                }
             }
             let devices = Relay<Handoff<FoldedDevices>> { send in
                 for partition in 0..<partitions {
-                    try send(Handoff(Self.fold(devices: try first.takeDevices(partition), try second.takeDevices(partition))))
+                    let (one, other) = (try first.takeDevices(partition), try second.takeDevices(partition))
+                    try send(Handoff(Self.fold(devices: one, other)))
                 }
             }
             defer { aggregated.cancel(); prepared.cancel(); devices.cancel() }
@@ -335,8 +338,9 @@ package struct ProjectionBuilder {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
-            let spill = Spill(ranges: ranges, devices: devices.map(Unmanaged.passUnretained),
-                              logins: logins.map(Unmanaged.passUnretained), mentions: mentions.map(Unmanaged.passUnretained))
+            let spill = Spill(
+                ranges: ranges, devices: devices.map(Unmanaged.passUnretained),
+                logins: logins.map(Unmanaged.passUnretained), mentions: mentions.map(Unmanaged.passUnretained))
             try BulkStatement(db, """
                 SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
                 """).each { row in try spill.add(row, keys: keys) }
@@ -404,7 +408,8 @@ package struct ProjectionBuilder {
 
             private func add(_ e: Event, keys: LogKeys.Collector?) throws {
                 keys?.add(seq: e.seq, deviceKey: e.deviceKey, type: e.type, asidKey: e.asidKey)
-                try devices[ranges.partition(app: e.app, device: e.device)]._withUnsafeGuaranteedRef { try $0.append { out in
+                let device = ranges.partition(app: e.app, device: e.device)
+                try devices[device]._withUnsafeGuaranteedRef { try $0.append { out in
                     out.add(e.at); out.add(UInt8(e.type == .login ? 1 : 0)); out.add(e.tracking)
                     out.add(text: e.app); out.add(text: e.device); out.add(text: e.eventID); out.add(optionalText: e.asid)
                 } }
