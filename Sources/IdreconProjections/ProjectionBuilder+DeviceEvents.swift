@@ -188,7 +188,7 @@ extension ProjectionBuilder {
         /// Asks the CPU to load the texts of `e` (its first 128 bytes: app, device, event and ASID
         /// IDs of usual lengths) into its caches.
         static func prefetch(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) {
-            let start = base.baseAddress! + e.offset
+            guard let start = base.baseAddress.map({ $0 + e.offset }) else { return } // no texts at all
             idrecon_prefetch(start)
             idrecon_prefetch(start + 64)
         }

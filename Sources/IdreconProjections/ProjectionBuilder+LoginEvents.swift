@@ -148,7 +148,7 @@ extension ProjectionBuilder {
         /// Asks the CPU to load the texts of `e` (its first 192 bytes, which hold all but a long
         /// friend list) into its caches.
         private static func prefetch(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) {
-            let start = base.baseAddress! + e.offset
+            guard let start = base.baseAddress.map({ $0 + e.offset }) else { return } // no texts at all
             idrecon_prefetch(start)
             idrecon_prefetch(start + 64)
             idrecon_prefetch(start + 128)
