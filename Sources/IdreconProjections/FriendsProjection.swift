@@ -268,13 +268,12 @@ enum FriendsProjection: Projection {
                 func b(_ e: Entry) -> UnsafeBufferPointer<UInt8> {
                     ProjectionBuilder.DeviceEvents.slice(base, e.offset + Int(e.aLength), e.bLength)
                 }
-                func bytes(_ u: UnsafeBufferPointer<UInt8>, _ v: UnsafeBufferPointer<UInt8>) -> Int {
-                    String.sameBytes(u, v) ? 0 : String.bytesPrecede(u, v) ? -1 : 1
-                }
                 func compare(_ l: Entry, _ r: Entry) -> Int {
-                    let first = ByteBounds.order(l.a, Int(l.aLength), r.a, Int(r.aLength)) { bytes(a(l), a(r)) }
+                    let first = ByteBounds.order(l.a, Int(l.aLength), r.a, Int(r.aLength)) {
+                        String.byteOrder(a(l), a(r))
+                    }
                     guard first == 0 else { return first }
-                    return ByteBounds.order(l.b, Int(l.bLength), r.b, Int(r.bLength)) { bytes(b(l), b(r)) }
+                    return ByteBounds.order(l.b, Int(l.bLength), r.b, Int(r.bLength)) { String.byteOrder(b(l), b(r)) }
                 }
                 entries.sort { compare($0, $1) < 0 }
                 var batch: BulkSpill.Batch = []

@@ -186,7 +186,7 @@ struct ByteBounds: Sendable {
         return Self.order(entry.prefix, entry.count, probe.prefix, probe.text.count) {
             bytes.withUnsafeBufferPointer { all in
                 let bound = UnsafeBufferPointer(rebasing: all[entry.start..<entry.start + entry.count])
-                return String.sameBytes(bound, probe.text) ? 0 : String.bytesPrecede(bound, probe.text) ? -1 : 1
+                return String.byteOrder(bound, probe.text)
             }
         }
     }

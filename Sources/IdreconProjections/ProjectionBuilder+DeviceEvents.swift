@@ -180,23 +180,23 @@ extension ProjectionBuilder {
             slice(base, e.offset + Int(e.appLength) + Int(e.deviceLength), e.eventIDLength)
         }
 
-        /// How many events of each part ahead of the one folded `fold` asks for texts: sorted, the
-        /// entries are read in order and their texts all over the buffer, each a miss of the CPU's
-        /// caches (the first reads of the events' texts were a fifth of the devices' fold).
-        static let ahead = 16
-
-        /// Asks the CPU to load the texts of `e` (its first 128 bytes: app, device, event and ASID
-        /// IDs of usual lengths) into its caches.
-        static func prefetch(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) {
-            guard let start = base.baseAddress.map({ $0 + e.offset }) else { return } // no texts at all
-            idrecon_prefetch(start)
-            idrecon_prefetch(start + 64)
-        }
-
         /// The `length` bytes at `offset` (the packed texts of replay's entries).
         static func slice(_ base: UnsafeBufferPointer<UInt8>, _ offset: Int, _ length: UInt32) -> UnsafeBufferPointer<UInt8> {
             UnsafeBufferPointer(rebasing: base[offset..<(offset + Int(length))])
         }
+    }
+
+    /// How many entries ahead of the one read the bulk folds ask for texts: sorted, the entries
+    /// are read in order and their texts all over the partition's buffer, each a miss of the CPU's
+    /// caches (first reads of texts were a fifth of the devices' fold and a third of preparing
+    /// the ASIDs' rows).
+    static let ahead = 16
+
+    /// Asks the CPU to load `lines` cache lines of `base` from `offset` on (nothing when the
+    /// buffer is empty: a partition whose texts are all empty).
+    static func prefetch(_ base: UnsafeBufferPointer<UInt8>, at offset: Int, lines: Int) {
+        guard let start = base.baseAddress.map({ $0 + offset }) else { return }
+        for line in 0..<lines { idrecon_prefetch(start + line * 64) }
     }
 
     /// Each device's state and limited spans, in key order, from its events in any order (in
@@ -217,15 +217,12 @@ extension ProjectionBuilder {
                     let entry: DeviceEvents.Entry, base: UnsafeBufferPointer<UInt8>
                     if j == b.entries.count || (i < a.entries.count && DeviceEvents.precedes(a.entries[i], x, b.entries[j], y)) {
                         (entry, base) = (a.entries[i], x)
-                        if i + DeviceEvents.ahead < a.entries.count {
-                            DeviceEvents.prefetch(a.entries[i + DeviceEvents.ahead], x)
-                        }
+                        // 128 bytes hold an event's app, device, event and ASID IDs of usual lengths.
+                        if i + ahead < a.entries.count { prefetch(x, at: a.entries[i + ahead].offset, lines: 2) }
                         i += 1
                     } else {
                         (entry, base) = (b.entries[j], y)
-                        if j + DeviceEvents.ahead < b.entries.count {
-                            DeviceEvents.prefetch(b.entries[j + DeviceEvents.ahead], y)
-                        }
+                        if j + ahead < b.entries.count { prefetch(y, at: b.entries[j + ahead].offset, lines: 2) }
                         j += 1
                     }
                     if let device = current, !DeviceEvents.sameDevice(device.entry, device.base, entry, base) {

@@ -1,4 +1,3 @@
-import CPrefetch
 import IdreconDomain
 
 extension ProjectionBuilder {
@@ -132,7 +131,10 @@ extension ProjectionBuilder {
                     logins.removeAll(keepingCapacity: true)
                     for i in start..<end {
                         logins.append(BulkLogin(entries[i], base))
-                        if i + Self.ahead < entries.count { Self.prefetch(entries[i + Self.ahead], base) }
+                        // 192 bytes hold a login's texts but a long friend list (`ProjectionBuilder.prefetch`).
+                        if i + ProjectionBuilder.ahead < entries.count {
+                            ProjectionBuilder.prefetch(base, at: entries[i + ProjectionBuilder.ahead].offset, lines: 3)
+                        }
                     }
                     try body(String(decoding: logins[0].asid, as: UTF8.self), logins)
                     start = end
@@ -140,19 +142,6 @@ extension ProjectionBuilder {
             }
         }
 
-        /// How many logins ahead of the one read `forEachASID` asks for texts: sorted, the entries
-        /// are read in order and their texts all over the buffer, each a miss of the CPU's caches
-        /// (the first reads of each login's texts were a third of preparing its ASID's rows).
-        private static let ahead = 16
-
-        /// Asks the CPU to load the texts of `e` (its first 192 bytes, which hold all but a long
-        /// friend list) into its caches.
-        private static func prefetch(_ e: Entry, _ base: UnsafeBufferPointer<UInt8>) {
-            guard let start = base.baseAddress.map({ $0 + e.offset }) else { return } // no texts at all
-            idrecon_prefetch(start)
-            idrecon_prefetch(start + 64)
-            idrecon_prefetch(start + 128)
-        }
 
         /// Whether `a`'s ASID precedes `b`'s; nil when they are the same ASID. Equal prefixes of
         /// equal lengths within the prefixes are equal texts; otherwise the bytes decide.

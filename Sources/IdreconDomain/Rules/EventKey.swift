@@ -143,6 +143,16 @@ extension String {
         x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
     }
 
+    /// Byte order of two buffers as SQLite's BINARY collation orders text: -1, 0 or 1 as `x`
+    /// precedes, equals or follows `y` (one `memcmp`).
+    @inlinable
+    public static func byteOrder(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
+        let common = Swift.min(x.count, y.count)
+        let order = common == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, common)
+        if order != 0 { return order < 0 ? -1 : 1 }
+        return x.count < y.count ? -1 : x.count == y.count ? 0 : 1
+    }
+
     /// Byte order of two buffers, as SQLite's BINARY collation orders text.
     @inlinable
     public static func bytesPrecede(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
