@@ -36,13 +36,15 @@ package struct ProjectionBuilder {
 
     /// Scans the events up to `lastSeq`: two snapshots of the log in parallel, each half of
     /// the sequence range, once. With more than one partition each half spills its facts
-    /// to a file per partition in `spillDirectory`. The snapshots are not needed after
+    /// to a file per partition in `spillDirectory`. The partitions are counted from `lastSeq`,
+    /// which bounds the events' count: counting them first read the whole events table (a cold
+    /// 10M log: 3.7 s before the scan began, 0.3 s cached). The snapshots are not needed after
     /// this: releasing them lets the database checkpoint while `load` writes.
     /// `keys` gets the log's keys of the events it is after (`LogKeys.Sink`), from each of
     /// the `scanners`.
     /// `readAhead`, when given, reads each half's pages ahead of its scanner (`ReadAhead`).
     package func scan(
-        _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, events: Int64, spillDirectory: String,
+        _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, spillDirectory: String,
         keys: LogKeys.Sink? = nil, readAhead pool: DatabasePool? = nil
     ) throws -> ScannedFacts {
         // Made first: whatever this throws, releasing them tells the sink the scan failed.
@@ -54,12 +56,12 @@ package struct ProjectionBuilder {
         defer { readers.forEach { $0.stop() } }
         func readAhead() { readers = pool.map { pool in [ReadAhead(pool, seqs: halves.0), ReadAhead(pool, seqs: halves.1)] } ?? [] }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
-        let partitions = KeyRanges.partitions(shares: Int(max(1, (Double(events) * weight / Double(partitionSize)).rounded(.up))))
+        let partitions = KeyRanges.partitions(shares: Int(max(1, (Double(lastSeq) * weight / Double(partitionSize)).rounded(.up))))
         guard partitions > 1 else {
             readAhead()
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, atMost: Int(events), keys: collectors?.0) } },
-                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, atMost: Int(events), keys: collectors?.1) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, keys: collectors?.0) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, keys: collectors?.1) } })
             let otherDevices = second.devices.take() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
@@ -152,15 +154,18 @@ package struct ProjectionBuilder {
 
     /// Loads the devices, limited spans, ASIDs, their keys, friend snapshots, edges and
     /// mentions of the scanned events, one partition after the other. `progress` gets the
-    /// events folded so far.
-    package func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws {
+    /// events folded so far. Returns the events loaded.
+    @discardableResult
+    package func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws -> Int64 {
         switch consume scanned {
         case .inMemory(let box):
             var (facts, otherDevices) = box.take()
             // Folded before the ASIDs, not beside them: the sort's scratch space and the
             // ASIDs' rows together would be the replay's peak of memory.
             let devices = Self.fold(devices: facts.devices.take(), otherDevices.take())
-            progress(try write(Self.prepare(facts, friends: nil), devices: { devices }, into: pool))
+            let events = try write(Self.prepare(facts, friends: nil), devices: { devices }, into: pool)
+            progress(events)
+            return events
         case .spilled(let first, let second, let partitions):
             // Three stages feed the writer, each a thread of its own that runs ahead of it by a
             // partition (`Relay`): the logins of each partition read back and aggregated, their
@@ -205,6 +210,7 @@ package struct ProjectionBuilder {
             let batches = Relay<FriendsProjection.BulkSpill.Batch> { send in try friends.read(send) }
             defer { batches.cancel() }
             while let batch = try batches.next() { try pool.write { db in try FriendsProjection.BulkSpill.write(batch, db, tables) } }
+            return done
         }
     }
 
@@ -291,10 +297,10 @@ package struct ProjectionBuilder {
 
         init() {}
 
-        /// The facts of the events in `seqs` (`atMost` of them).
-        init(_ db: Database, seqs: ClosedRange<Int64>, atMost events: Int, keys: LogKeys.Collector? = nil) throws {
+        /// The facts of the events in `seqs`.
+        init(_ db: Database, seqs: ClosedRange<Int64>, keys: LogKeys.Collector? = nil) throws {
             var facts = Facts()
-            facts.devices.reserveCapacity(min(seqs.count, events)) // one row per event
+            facts.devices.reserveCapacity(seqs.count) // one row per event
             try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.devices.append($0) }) { login in
                 facts.logins.append(login)
                 guard var friends = login.friends else { return }

@@ -101,16 +101,19 @@ extension EventStore {
             // The scan reads each page once: a big page cache would only cost memory.
             try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
         }
-        let (seen, total, keyedThrough) = try snapshots!.0.read { db in
-            (try LogVersion(db, projections), try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0,
-             try LogKeys.keyedThrough(db))
-        }
-        let (generation, config) = try pool.write { db -> (Int, IdentityConfig) in
+        let (seen, keyedThrough) = try snapshots!.0.read { db in (try LogVersion(db, projections), try LogKeys.keyedThrough(db)) }
+        // The log's events are never deleted, so its last sequence number is their count for the
+        // progress; the report counts those the build loaded.
+        let total = seen.lastSeq
+        let (generation, config, liveBTrees) = try pool.write { db -> (Int, IdentityConfig, [String]) in
             let state = try ProjectionState.load(db, registry: projections)
             let next = ProjectionTables(generation: state.generation + 1, registry: projections)
             try next.drop(db) // leftovers of an interrupted replay
             try next.createTables(db)
-            return (next.generation, newConfig ?? state.config)
+            let liveBTrees = try state.tables.names.flatMap { table in
+                try String.fetchAll(db, sql: "SELECT name FROM sqlite_schema WHERE tbl_name = ?", arguments: [state.tables.name(table)])
+            }
+            return (next.generation, newConfig ?? state.config, liveBTrees)
         }
         let tables = ProjectionTables(generation: generation, registry: projections)
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
@@ -121,7 +124,7 @@ extension EventStore {
         // this scan does not hand them over.
         if keys == nil, keyedThrough != nil { try pool.write { db in try LogKeys.restore(db) } }
         let scan = { [pool] in
-            try builder.scan(snapshots!, lastSeq: seen.lastSeq, events: total, spillDirectory: directory, keys: keys, readAhead: pool)
+            try builder.scan(snapshots!, lastSeq: seen.lastSeq, spillDirectory: directory, keys: keys, readAhead: pool)
         }
         let scanned = try keys.map { keys in
             try concurrently(scan, { [pool, last = seen.lastSeq] in try keys.fill(pool, scanned: last) }).0
@@ -141,7 +144,13 @@ extension EventStore {
         // of an `ingest`, was time on the build's critical path while the other core had some.
         let checkpoints = checkpointInBackground()
         defer { checkpoints?.stop() }
-        try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as they are written
+        // The swap drops the live generation, which reads every page of it: from a cold page cache
+        // (a 10M log: 1.5 GB) that was 3.5 s at the end on the writer alone. They are read while the
+        // disk idles, during the load (a 10M replay's took 7-10 s cached, 30 s cold, of its 35 s).
+        // Digesting them (`comparing`) reads them anyway.
+        let warming = comparing ? nil : PageWarmer(pool, bTrees: liveBTrees)
+        defer { warming?.stop() }
+        let events = try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as written
         let liveAtSnapshot = try liveDigests?.result().get() ?? [:]
         let (_, loaded) = try concurrently(
             { try builder.finish(pool) },
@@ -159,6 +168,7 @@ extension EventStore {
             refolded = next
         }
 
+        warming?.stop()
         // Catch up with events appended since the snapshot, then swap, atomically.
         let report = try pool.write { db -> ReplayReport? in
             let now = try LogVersion(db, projections)
@@ -167,7 +177,7 @@ extension EventStore {
                 return nil
             }
             let (cursor, caughtUpEvents) = try ProjectionEngine.catchUp(db, tables: tables, config: config, after: seen.lastSeq)
-            let done = total + caughtUpEvents
+            let done = events + caughtUpEvents
             var report = ReplayReport(events: done, seconds: 0, rebuilt: [:], live: [:], swapped: false)
             if comparing {
                 // A writer's write-behind may have left the live projections behind the log:
@@ -283,5 +293,41 @@ private struct LogVersion: Equatable {
         (appliedSeq, generation) = (state.appliedSeq, state.generation)
         let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(events), 0), coalesce(max(forgotten_at), 0) FROM forgotten")!
         forgotten = [row[0], row[1], row[2]]
+    }
+}
+
+/// Reads b-trees of the database (tables and indexes, by name) into the kernel's page cache on a
+/// reader, for a later step that reads them all to find cold pages there. Each b-tree is read
+/// in a transaction of its own (`dbstat` visits every page, overflow pages too), so no read
+/// keeps the WAL from being checkpointed for long. Stops between b-trees when asked; a failure
+/// only loses the warming.
+private final class PageWarmer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stopped = false
+    private var work: Background<Void>?
+
+    init(_ pool: DatabasePool, bTrees: [String]) {
+        work = Background { [self] in
+            // Idle-class: it runs on what the load leaves of the cores (the cached pages of a 10M
+            // log's generation took ~1 s of CPU, at the normal priority taken from the load).
+            ThreadPriority.yieldToOthers()
+            for name in bTrees where !isStopped {
+                try pool.read { db in
+                    // A small page cache: the pages are read for the kernel's cache, not this connection's.
+                    try db.withPageCache(kibibytes: 256) {
+                        _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM dbstat WHERE name = ?", arguments: [name])
+                    }
+                }
+            }
+        }
+    }
+
+    private var isStopped: Bool { lock.withLock { stopped } }
+
+    /// Stops the reads and waits for the one under way.
+    func stop() {
+        lock.withLock { stopped = true }
+        _ = work?.result()
+        work = nil
     }
 }

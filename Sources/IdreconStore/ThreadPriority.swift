@@ -1,6 +1,7 @@
 import Foundation
 
-/// The CPU priority of ingestion's threads when a read API shares the process (`consume
+/// The CPU priority of work that can wait for a free core: a replay's warming of the pages its
+/// swap reads, and ingestion's threads when a read API shares the process (`consume
 /// --api-address`): callers wait on the API before their Graph calls, while ingestion can catch
 /// up. `SCHED_IDLE`: a request that wakes preempts ingestion at once, where at nice 19 it could
 /// wait out a time slice of ingestion's. The kernel still gives idle-class threads a share of a
