@@ -40,7 +40,7 @@ let package = Package(
         .target(
             name: "IdreconLog",
             dependencies: [
-                "IdreconDomain", "CSQLiteSettings", .product(name: "GRDB", package: "GRDB.swift"),
+                "IdreconDomain", "CSQLiteSettings", "CPrefetch", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),

@@ -1,3 +1,5 @@
+import CPrefetch
+
 /// A Bloom filter of 64-bit key hashes: "certainly absent" or "maybe present". `KeyRuns`
 /// keeps one per sealed run so that a new key, nearly every key an append sees, is known free
 /// without a search of the run.
@@ -41,13 +43,20 @@ struct BloomFilter: Sendable, Equatable {
     /// the mixed hash's high bits, at positions its low bits give, so that a check or an insert
     /// costs one cache miss instead of `probes` (the filters of a 10M log are megabytes).
     /// The keys' FNV-1a hashes are weak in their low bits: both halves come from a mix.
-    private func probe(_ hash: Int64) -> (block: Int, positions: UInt64) {
+    private func probe(_ hash: Int64) -> (block: Int, positions: UInt64) { probe(mixed: Self.mix(hash)) }
+
+    /// A key's hash mixed, as every filter probes it: mixed once for all of a table's filters.
+    static func mix(_ hash: Int64) -> UInt64 {
         var h = UInt64(bitPattern: hash)
         h ^= h >> 33
         h &*= 0xFF51_AFD7_ED55_8CCD
         h ^= h >> 33
         h &*= 0xC4CE_B9FE_1A85_EC53
         h ^= h >> 33
+        return h
+    }
+
+    private func probe(mixed h: UInt64) -> (block: Int, positions: UInt64) {
         let blocks = UInt64(words.count / 8)
         let block = Int(truncatingIfNeeded: ((h >> 32) &* blocks) >> 32) // (h's high half) × blocks / 2^32
         return (block * 8, h &* 0x9E37_79B9_7F4A_7C15)
@@ -62,8 +71,18 @@ struct BloomFilter: Sendable, Equatable {
         }
     }
 
-    func mayContain(_ hash: Int64) -> Bool {
-        var (base, positions) = probe(hash)
+    func mayContain(_ hash: Int64) -> Bool { mayContain(mixed: Self.mix(hash)) }
+
+    /// Asks the memory for the block a `mix`ed hash falls in, for a `mayContain` soon after: a
+    /// key is checked against every run's filter, each block a miss of its own (the filters of
+    /// a 10M log are tens of megabytes), and asked for together they are waited for once.
+    func prefetch(mixed: UInt64) {
+        let base = probe(mixed: mixed).block
+        words.withUnsafeBufferPointer { idrecon_prefetch($0.baseAddress! + base) }
+    }
+
+    func mayContain(mixed: UInt64) -> Bool {
+        var (base, positions) = probe(mixed: mixed)
         for _ in 0..<Self.probes {
             let bit = Int(truncatingIfNeeded: positions & 511)
             if words[base + (bit >> 6)] & (1 << UInt64(bit & 63)) == 0 { return false }

@@ -228,7 +228,9 @@ package struct KeyRuns {
             if try !body(key.seq) { return }
         }
         // By index: a `Sealed` copied out of the array would retain and release its filter.
-        for index in sealed.indices where sealed[index].filter.mayContain(hash) {
+        let mixed = BloomFilter.mix(hash)
+        for index in sealed.indices { sealed[index].filter.prefetch(mixed: mixed) }
+        for index in sealed.indices where sealed[index].filter.mayContain(mixed: mixed) {
             if try !search(index, hash, body) { return }
         }
     }
