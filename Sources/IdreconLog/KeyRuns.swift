@@ -120,13 +120,16 @@ package struct KeyRuns {
         var cachedOpen: Open?
         swap(&cachedOpen, &cache.open)
         var open: Open?
+        // Not the filters and fences, which a writer's cache nearly always holds: a column after
+        // a filter (its first_seq, its fences) walks the filter's overflow pages, and a filter is
+        // copied out whole (the runs of a 10M log: 26 MB for each transaction, in fresh pages).
         let rows = try Row.fetchAll(db, sql: """
-            SELECT run, tier, keys, sealed, generation, filter, first_seq, fences FROM key_runs WHERE name = ? ORDER BY run
+            SELECT run, tier, keys, sealed, generation, first_seq FROM key_runs WHERE name = ? ORDER BY run
             """, arguments: [table])
         for row in rows {
             let (id, keys, generation): (Int64, Int64, Int64) = (row[0], row[2], row[4])
             guard row[3] as Bool else {
-                guard open == nil, let firstSeq = row[6] as Int64? else {
+                guard open == nil, let firstSeq = row[5] as Int64? else {
                     throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "key_runs: \(table) has more than one open run")
                 }
                 if let cached = cachedOpen, cached.id == id, cached.generation == generation, cached.firstSeq == firstSeq,
@@ -142,8 +145,10 @@ package struct KeyRuns {
             var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: BloomFilter(keys: 0), fences: [])
             if let cached = cache.sealed[id], cached.generation == generation, cached.keys == keys {
                 (run.filter, run.fences) = (cached.filter, cached.fences)
-            } else if let bytes = (row[5] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
-                      let fences = (row[7] as Data?).flatMap(Self.fences) {
+            } else if let stored = try Row.fetchOne(
+                          db, sql: "SELECT filter, fences FROM key_runs WHERE name = ? AND run = ?", arguments: [table, id]),
+                      let bytes = (stored[0] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
+                      let fences = (stored[1] as Data?).flatMap(Self.fences) {
                 (run.filter, run.fences) = (filter, fences)
             } else { // a run made by a migration has no filter yet
                 (run.filter, run.fences) = try Self.scan(db, table, run: id, keys: keys)
