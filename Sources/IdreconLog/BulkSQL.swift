@@ -278,13 +278,4 @@ extension Database {
         defer { try? execute(sql: "PRAGMA cache_size = \(previous)") }
         return try body()
     }
-
-    /// Runs `body` with SQLite's sorter allowed `threads` helper threads (`PRAGMA threads`:
-    /// `CREATE INDEX` sorts its runs and merges them on them), then back to none: a bulk
-    /// build's index sorts used one core while the other idled or judged identities.
-    package func withSorterThreads<T>(_ threads: Int, _ body: () throws -> T) throws -> T {
-        try execute(sql: "PRAGMA threads = \(threads)")
-        defer { try? execute(sql: "PRAGMA threads = 0") }
-        return try body()
-    }
 }

@@ -145,11 +145,8 @@ package struct KeyRuns {
             var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: BloomFilter(keys: 0), fences: [])
             if let cached = cache.sealed[id], cached.generation == generation, cached.keys == keys {
                 (run.filter, run.fences) = (cached.filter, cached.fences)
-            } else if let stored = try Row.fetchOne(
-                          db, sql: "SELECT filter, fences FROM key_runs WHERE name = ? AND run = ?", arguments: [table, id]),
-                      let bytes = (stored[0] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
-                      let fences = (stored[1] as Data?).flatMap(Self.fences) {
-                (run.filter, run.fences) = (filter, fences)
+            } else if let stored = try Self.stored(db, table, run: id) {
+                (run.filter, run.fences) = stored
             } else { // a run made by a migration has no filter yet
                 (run.filter, run.fences) = try Self.scan(db, table, run: id, keys: keys)
                 run.changed = true
@@ -224,6 +221,16 @@ package struct KeyRuns {
             return holder == nil
         }
         return holder
+    }
+
+    /// A sealed run's filter and fences as `key_runs` stores them; nil when it holds none.
+    private static func stored(_ db: Database, _ table: String, run id: Int64) throws -> (BloomFilter, [Int64])? {
+        let sql = "SELECT filter, fences FROM key_runs WHERE name = ? AND run = ?"
+        let row = try Row.fetchOne(db, sql: sql, arguments: [table, id])
+        guard let row, let bytes = (row[0] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
+              let fences = (row[1] as Data?).flatMap(Self.fences)
+        else { return nil }
+        return (filter, fences)
     }
 
     /// Calls `body` with each `seq` held under `hash` while it returns true.

@@ -56,7 +56,8 @@ package struct ProjectionBuilder {
         defer { readers.forEach { $0.stop() } }
         func readAhead() { readers = pool.map { pool in [ReadAhead(pool, seqs: halves.0), ReadAhead(pool, seqs: halves.1)] } ?? [] }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
-        let partitions = KeyRanges.partitions(shares: Int(max(1, (Double(lastSeq) * weight / Double(partitionSize)).rounded(.up))))
+        let shares = (Double(lastSeq) * weight / Double(partitionSize)).rounded(.up)
+        let partitions = KeyRanges.partitions(shares: Int(max(1, shares)))
         guard partitions > 1 else {
             readAhead()
             var (facts, second) = try concurrently(
@@ -156,7 +157,9 @@ package struct ProjectionBuilder {
     /// mentions of the scanned events, one partition after the other. `progress` gets the
     /// events folded so far. Returns the events loaded.
     @discardableResult
-    package func load(_ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void) throws -> Int64 {
+    package func load(
+        _ scanned: consuming ScannedFacts, into pool: DatabasePool, progress: (Int64) -> Void
+    ) throws -> Int64 {
         switch consume scanned {
         case .inMemory(let box):
             var (facts, otherDevices) = box.take()
@@ -243,11 +246,9 @@ package struct ProjectionBuilder {
     /// user comes after their user IDs are written, which then move no index entries. Both
     /// sides keep a small page cache meanwhile: with the writer's 32 MB, its sorts and the
     /// judgement side by side took a 10M replay's peak from 265 to 457 MB (343 with 8 MB).
-    /// The indexes are sorted on `sorterThreads` helpers: a 10M log's ASIDs' spans indexed in
-    /// 3.1–3.5 → 2.0–2.5 s, their keys in 1.55 → 1.0–1.3 s (`sqlite3`, nothing beside it).
     package func finish(_ pool: DatabasePool) throws {
         let keysIndex = IdentitiesProjection.createKeysIndex(generation: tables.generation)
-        try pool.write { db in try db.withSorterThreads(Self.sorterThreads) { try db.execute(sql: keysIndex) } }
+        try pool.write { db in try db.execute(sql: keysIndex) }
         let judged = Background { [tables, config] in
             try pool.read { db in
                 try db.withPageCache(kibibytes: 4096) { try IdentitiesProjection.judgeBulk(db, tables, config: config) }
@@ -255,21 +256,16 @@ package struct ProjectionBuilder {
         }
         let identities = ObjectIdentifier(IdentitiesProjection.self)
         try pool.write { db in
-            try db.withSorterThreads(Self.sorterThreads) {
-                try db.withPageCache(kibibytes: 8192) {
-                    try tables.createIndexes(db) { ObjectIdentifier($0) != identities }
-                }
+            try db.withPageCache(kibibytes: 8192) {
+                try tables.createIndexes(db) { ObjectIdentifier($0) != identities }
             }
         }
         let judgement = try judged.result().get()
         try pool.write { db in
             try IdentitiesProjection.finishBulk(judgement, db, tables)
-            try db.withSorterThreads(Self.sorterThreads) { try tables.createIndexes(db) { ObjectIdentifier($0) == identities } }
+            try tables.createIndexes(db) { ObjectIdentifier($0) == identities }
         }
     }
-
-    /// SQLite's sorter helpers for `finish`'s indexes (its sorter waits for them while they sort).
-    private static let sorterThreads = 2
 
     // MARK: Scanning and folding
 

@@ -101,7 +101,9 @@ extension EventStore {
             // The scan reads each page once: a big page cache would only cost memory.
             try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
         }
-        let (seen, keyedThrough) = try snapshots!.0.read { db in (try LogVersion(db, projections), try LogKeys.keyedThrough(db)) }
+        let (seen, keyedThrough) = try snapshots!.0.read { db in
+            (try LogVersion(db, projections), try LogKeys.keyedThrough(db))
+        }
         // The log's events are never deleted, so its last sequence number is their count for the
         // progress; the report counts those the build loaded.
         let total = seen.lastSeq
@@ -111,7 +113,8 @@ extension EventStore {
             try next.drop(db) // leftovers of an interrupted replay
             try next.createTables(db)
             let liveBTrees = try state.tables.names.flatMap { table in
-                try String.fetchAll(db, sql: "SELECT name FROM sqlite_schema WHERE tbl_name = ?", arguments: [state.tables.name(table)])
+                try String.fetchAll(
+                    db, sql: "SELECT name FROM sqlite_schema WHERE tbl_name = ?", arguments: [state.tables.name(table)])
             }
             return (next.generation, newConfig ?? state.config, liveBTrees)
         }
@@ -150,7 +153,8 @@ extension EventStore {
         // Digesting them (`comparing`) reads them anyway.
         let warming = comparing ? nil : PageWarmer(pool, bTrees: liveBTrees)
         defer { warming?.stop() }
-        let events = try builder.load(scanned, into: pool) { progress($0, total) } // consumes the facts: freed as written
+        // Consumes the facts: freed as they are written.
+        let events = try builder.load(scanned, into: pool) { progress($0, total) }
         let liveAtSnapshot = try liveDigests?.result().get() ?? [:]
         let (_, loaded) = try concurrently(
             { try builder.finish(pool) },
