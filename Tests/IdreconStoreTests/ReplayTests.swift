@@ -22,6 +22,7 @@ import Testing
             let report = try second.result().get()
             #expect(first.swapped && report.swapped)
             #expect(first.drift.isEmpty && report.drift.isEmpty)
+            #expect(first.events == 400 && report.events == 400) // counted by the build, in partitions
         }
         try s.verifyReplay()
     }
@@ -56,6 +57,7 @@ import Testing
         for partitionSize in [Int.max, 60] {
             let report = try s.store.replay(partitionSize: partitionSize)
             #expect(report.swapped && report.drift.isEmpty)
+            #expect(report.events == 246) // every row, the repeated ones too, in memory and in partitions
             #expect(try s.store.projectionDigests() == digests)
         }
         #expect(try ExportKind.allCases.map { try s.export($0) } == exports)
