@@ -52,9 +52,11 @@ package struct ProjectionBuilder {
         let middle = lastSeq / 2
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         // Started with the scanners: beside the samples' seeks, they left those waiting for the disk.
-        var readers: [ReadAhead] = []
+        var readers: [StoppableWork] = []
         defer { readers.forEach { $0.stop() } }
-        func readAhead() { readers = pool.map { pool in [ReadAhead(pool, seqs: halves.0), ReadAhead(pool, seqs: halves.1)] } ?? [] }
+        func readAhead() {
+            readers = pool.map { pool in [ReadAhead.start(pool, seqs: halves.0), ReadAhead.start(pool, seqs: halves.1)] } ?? []
+        }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
         let shares = (Double(lastSeq) * weight / Double(partitionSize)).rounded(.up)
         let partitions = KeyRanges.partitions(shares: Int(max(1, shares)))
@@ -87,20 +89,16 @@ package struct ProjectionBuilder {
     /// events pages lie between its payloads' and indexes' pages, which defeats the kernel's
     /// readahead (a 10M scan after `consume` had filled the cache: 11 s, 6 warm). The reads
     /// visit each row but decode no column, and stop when the scan is done.
-    private final class ReadAhead: @unchecked Sendable {
-        private let lock = NSLock()
-        private var stopped = false
-        private var work: Background<Void>?
-
-        init(_ pool: DatabasePool, seqs: ClosedRange<Int64>) {
-            work = Background { [self] in
+    private enum ReadAhead {
+        static func start(_ pool: DatabasePool, seqs: ClosedRange<Int64>) -> StoppableWork {
+            StoppableWork { isStopped in
                 // A small page cache: the pages are read for the kernel's cache, not this connection's
                 // (the pool's 32 MB for each of the two readers took a 1M replay's peak from 176 to 245 MB).
                 try pool.read { db in
                     try db.withPageCache(kibibytes: 256) {
                         let statement = try db.makeStatement(sql: "SELECT count(*) FROM events WHERE seq BETWEEN ? AND ?")
                         var low = seqs.lowerBound
-                        while low <= seqs.upperBound, !isStopped {
+                        while low <= seqs.upperBound, !isStopped() {
                             let high = low + min(Self.chunk - 1, seqs.upperBound - low)
                             _ = try Int64.fetchOne(statement, arguments: [low, high])
                             low = high + 1
@@ -112,15 +110,6 @@ package struct ProjectionBuilder {
 
         /// Events read at a time between checks of `stop` (~1 ms when the pages are cached).
         private static let chunk: Int64 = 16_384
-
-        private var isStopped: Bool { lock.withLock { stopped } }
-
-        /// Stops the reads and waits for them; a failure only loses the read-ahead.
-        func stop() {
-            lock.withLock { stopped = true }
-            _ = work?.result()
-            work = nil
-        }
     }
 
     /// How many events of the bench's generated stream an event of this log weighs in a
@@ -560,6 +549,25 @@ package func concurrently<A, B>(_ a: () throws -> A, _ b: @escaping () throws ->
     let resultA = Result { try a() }
     let resultB = other.result()
     return (try resultA.get(), try resultB.get())
+}
+
+/// Work on a thread of its own that asks `isStopped` between its steps: reads ahead for another
+/// thread, which stops it when it no longer needs them. A failure only loses that work.
+package final class StoppableWork: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stopped = false
+    private var work: Background<Void>?
+
+    package init(_ body: @escaping @Sendable (_ isStopped: () -> Bool) throws -> Void) {
+        work = Background { [self] in try body { lock.withLock { stopped } } }
+    }
+
+    /// Asks the work to stop and waits for it.
+    package func stop() {
+        lock.withLock { stopped = true }
+        _ = work?.result()
+        work = nil
+    }
 }
 
 /// Work started on a thread of its own; `result()` waits for it.

@@ -151,7 +151,7 @@ extension EventStore {
         // (a 10M log: 1.5 GB) that was 3.5 s at the end on the writer alone. They are read while the
         // disk idles, during the load (a 10M replay's took 7-10 s cached, 30 s cold, of its 35 s).
         // Digesting them (`comparing`) reads them anyway.
-        let warming = comparing ? nil : PageWarmer(pool, bTrees: liveBTrees)
+        let warming = comparing ? nil : PageWarmer.start(pool, bTrees: liveBTrees)
         defer { warming?.stop() }
         // Consumes the facts: freed as they are written.
         let events = try builder.load(scanned, into: pool) { progress($0, total) }
@@ -303,19 +303,14 @@ private struct LogVersion: Equatable {
 /// Reads b-trees of the database (tables and indexes, by name) into the kernel's page cache on a
 /// reader, for a later step that reads them all to find cold pages there. Each b-tree is read
 /// in a transaction of its own (`dbstat` visits every page, overflow pages too), so no read
-/// keeps the WAL from being checkpointed for long. Stops between b-trees when asked; a failure
-/// only loses the warming.
-private final class PageWarmer: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stopped = false
-    private var work: Background<Void>?
-
-    init(_ pool: DatabasePool, bTrees: [String]) {
-        work = Background { [self] in
+/// keeps the WAL from being checkpointed for long; stopped, it ends between b-trees.
+private enum PageWarmer {
+    static func start(_ pool: DatabasePool, bTrees: [String]) -> StoppableWork {
+        StoppableWork { isStopped in
             // Idle-class: it runs on what the load leaves of the cores (the cached pages of a 10M
             // log's generation took ~1 s of CPU, at the normal priority taken from the load).
             ThreadPriority.yieldToOthers()
-            for name in bTrees where !isStopped {
+            for name in bTrees where !isStopped() {
                 try pool.read { db in
                     // A small page cache: the pages are read for the kernel's cache, not this connection's.
                     try db.withPageCache(kibibytes: 256) {
@@ -324,14 +319,5 @@ private final class PageWarmer: @unchecked Sendable {
                 }
             }
         }
-    }
-
-    private var isStopped: Bool { lock.withLock { stopped } }
-
-    /// Stops the reads and waits for the one under way.
-    func stop() {
-        lock.withLock { stopped = true }
-        _ = work?.result()
-        work = nil
     }
 }
