@@ -5,8 +5,8 @@ import Darwin
 #endif
 
 /// How many files the process may hold open. A replay keeps seven temporary files per
-/// partition of 250,000 events (each scan half's devices, logins and mentions, and the
-/// friend edges: 2,800 at 100M events), above the soft limit of 1,024 that many systems
+/// partition of 125,000 events (each scan half's devices, logins and mentions, and the
+/// friend edges: 5,600 at 100M events), above the soft limit of 1,024 that many systems
 /// start processes with; the hard limit is what the administrator allows, so the soft one is
 /// raised to it (as the Go runtime does).
 enum FileLimit {
