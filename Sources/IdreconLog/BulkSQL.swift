@@ -25,13 +25,36 @@ package struct BulkStatement {
     /// Binds the values `bind` adds (in parameter order), runs the statement to completion
     /// and resets it for the next row; returns the rows it changed.
     @discardableResult
-    package func run(_ bind: (inout Binder) -> Void) throws -> Int {
-        var binder = Binder(handle: handle)
+    package func run(_ bind: (inout Binder) -> Void) throws -> Int { try run(Binder(handle: handle), bind) }
+
+    /// `run` with the texts bound as copies (`add(copying:)`, `add(_: String?)`) copied into
+    /// `texts` and bound in place (`BulkInsert`): copied by SQLite, each parameter's previous
+    /// copy was freed and the next allocated, and a replay's writer spent a fifth of its time in
+    /// `malloc` and `free`, most of it binding the rows it loads 128 at a time. The bindings are
+    /// cleared before it returns.
+    @discardableResult
+    package func run(texts: TextBuffer, _ bind: (inout Binder) -> Void) throws -> Int {
+        defer { sqlite3_clear_bindings(handle) }
+        return try run(Binder(handle: handle, texts: texts.bytes), bind)
+    }
+
+    private func run(_ binder: consuming Binder, _ bind: (inout Binder) -> Void) throws -> Int {
+        var binder = binder
         bind(&binder)
         let code = sqlite3_step(handle)
         sqlite3_reset(handle)
         guard code == SQLITE_DONE else { throw failure(code) }
         return Int(sqlite3_changes(db.sqliteConnection))
+    }
+
+    /// Memory that a statement's texts are copied into for one run (`run(texts:_:)`); a text
+    /// that does not fit what is left is bound as a copy.
+    package final class TextBuffer {
+        fileprivate let bytes: UnsafeMutableRawBufferPointer
+
+        package init(bytes count: Int) { bytes = .allocate(byteCount: count, alignment: 1) }
+
+        deinit { bytes.deallocate() }
     }
 
     /// `run` for values bound in place (`Binder.add(borrowed:)`): the bindings are cleared
@@ -84,8 +107,16 @@ package struct BulkStatement {
         package let handle: OpaquePointer?
         private var index: Int32 = 1
         private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        /// Where texts bound as copies go (`add(copying:)`, `add(_: String?)`) to be bound in
+        /// place, and how much of it they fill; nil: SQLite copies them.
+        private let texts: UnsafeMutableRawBufferPointer?
+        private var used = 0
 
-        package init(handle: OpaquePointer?) { self.handle = handle }
+        package init(handle: OpaquePointer?) { (self.handle, texts) = (handle, nil) }
+
+        fileprivate init(handle: OpaquePointer?, texts: UnsafeMutableRawBufferPointer) {
+            (self.handle, self.texts) = (handle, texts)
+        }
 
         package mutating func add(_ value: Int64) {
             sqlite3_bind_int64(handle, index, value)
@@ -115,11 +146,17 @@ package struct BulkStatement {
 
         private static let empty: StaticString = ""
 
-        /// Text bound as a copy (`SQLITE_TRANSIENT`), from bytes that need not outlive the call.
+        /// Text bound as a copy, from bytes that need not outlive the call: into the run's
+        /// buffer (`run(texts:_:)`) while it has room, otherwise SQLite's (`SQLITE_TRANSIENT`).
         package mutating func add(copying text: UnsafeRawBufferPointer) {
-            let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
-            let chars = base.assumingMemoryBound(to: CChar.self)
-            sqlite3_bind_text(handle, index, chars, Int32(text.count), Self.transient)
+            if let texts, let target = texts.baseAddress.map({ $0 + used }), text.count <= texts.count - used {
+                if let base = text.baseAddress { target.copyMemory(from: base, byteCount: text.count) }
+                sqlite3_bind_text(handle, index, target.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
+                used += text.count
+            } else {
+                let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
+                sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), Self.transient)
+            }
             index += 1
         }
 
@@ -136,14 +173,7 @@ package struct BulkStatement {
                 index += 1
                 return
             }
-            _ = value.withUTF8 { bytes in
-                if let base = bytes.baseAddress {
-                    sqlite3_bind_text(handle, index, base, Int32(bytes.count), Self.transient)
-                } else {
-                    sqlite3_bind_text(handle, index, "", 0, Self.transient)
-                }
-            }
-            index += 1
+            value.withUTF8 { bytes in add(copying: UnsafeRawBufferPointer(bytes)) }
         }
     }
 
@@ -232,6 +262,9 @@ package struct BulkInsert {
     private let many, one: BulkStatement
     private let checked: Bool
     private let table: String
+    /// The texts of a statement's rows (`BulkStatement.run(texts:_:)`): 128 rows of the widest
+    /// loads fit.
+    private let texts = BulkStatement.TextBuffer(bytes: 64 * 1024)
 
     /// `columns`: the names, comma-separated, in the order `insert`'s `bind` adds values.
     package init(cached db: Database, into table: String, _ columns: String, checked: Bool = true) throws {
@@ -252,7 +285,7 @@ package struct BulkInsert {
         var start = 0
         while start < count {
             let rows = count - start >= Self.rowsPerStatement ? Self.rowsPerStatement : 1
-            let inserted = try (rows == 1 ? one : many).run { binder in
+            let inserted = try (rows == 1 ? one : many).run(texts: texts) { binder in
                 for i in start..<(start + rows) { bind(i, &binder) }
             }
             if checked && inserted != rows {
