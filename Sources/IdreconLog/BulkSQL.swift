@@ -155,7 +155,8 @@ package struct BulkStatement {
                 used += text.count
             } else {
                 let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
-                sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), Self.transient)
+                let chars = base.assumingMemoryBound(to: CChar.self)
+                sqlite3_bind_text(handle, index, chars, Int32(text.count), Self.transient)
             }
             index += 1
         }
