@@ -27,15 +27,16 @@ package struct BulkStatement {
     @discardableResult
     package func run(_ bind: (inout Binder) -> Void) throws -> Int { try run(Binder(handle: handle), bind) }
 
-    /// `run` with the texts bound as copies (`add(copying:)`, `add(_: String?)`) copied into
-    /// `texts` and bound in place (`BulkInsert`): copied by SQLite, each parameter's previous
-    /// copy was freed and the next allocated, and a replay's writer spent a fifth of its time in
-    /// `malloc` and `free`, most of it binding the rows it loads 128 at a time. The bindings are
-    /// cleared before it returns.
+    /// `run` for values bound in place: texts the caller lends (`Binder.add(borrowed:)`), and,
+    /// given `texts`, those bound as copies (`add(copying:)`, `add(_: String?)`), copied there
+    /// instead of by SQLite, which frees each parameter's previous copy and allocates the next (a
+    /// replay's writer spent a fifth of its time in `malloc` and `free`, most of it binding the
+    /// rows `BulkInsert` loads 128 at a time). The bindings are cleared before it returns, so the
+    /// statement keeps no pointer into the caller's memory or the buffer.
     @discardableResult
-    package func run(texts: TextBuffer, _ bind: (inout Binder) -> Void) throws -> Int {
+    package func runBorrowing(texts: TextBuffer? = nil, _ bind: (inout Binder) -> Void) throws -> Int {
         defer { sqlite3_clear_bindings(handle) }
-        return try run(Binder(handle: handle, texts: texts.bytes), bind)
+        return try run(Binder(handle: handle, texts: texts?.bytes), bind)
     }
 
     private func run(_ binder: consuming Binder, _ bind: (inout Binder) -> Void) throws -> Int {
@@ -47,22 +48,23 @@ package struct BulkStatement {
         return Int(sqlite3_changes(db.sqliteConnection))
     }
 
-    /// Memory that a statement's texts are copied into for one run (`run(texts:_:)`); a text
-    /// that does not fit what is left is bound as a copy.
+    /// Memory that a statement's texts are copied into for one run (`runBorrowing(texts:_:)`); a
+    /// text that does not fit what is left is bound as SQLite's copy. Allocated at its first run:
+    /// the live path makes the projections' writers each transaction, and most bind few texts.
     package final class TextBuffer {
-        fileprivate let bytes: UnsafeMutableRawBufferPointer
+        private let count: Int
+        private var storage: UnsafeMutableRawBufferPointer?
 
-        package init(bytes count: Int) { bytes = .allocate(byteCount: count, alignment: 1) }
+        package init(bytes count: Int) { self.count = count }
 
-        deinit { bytes.deallocate() }
-    }
+        fileprivate var bytes: UnsafeMutableRawBufferPointer {
+            if let storage { return storage }
+            let allocated = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 1)
+            storage = allocated
+            return allocated
+        }
 
-    /// `run` for values bound in place (`Binder.add(borrowed:)`): the bindings are cleared
-    /// before it returns, so the statement keeps no pointer into the caller's memory.
-    @discardableResult
-    package func runBorrowing(_ bind: (inout Binder) -> Void) throws -> Int {
-        defer { sqlite3_clear_bindings(handle) }
-        return try run(bind)
+        deinit { storage?.deallocate() }
     }
 
     /// Runs a query, binding `bind`'s values, and calls `row` for each result row.
@@ -114,7 +116,7 @@ package struct BulkStatement {
 
         package init(handle: OpaquePointer?) { (self.handle, texts) = (handle, nil) }
 
-        fileprivate init(handle: OpaquePointer?, texts: UnsafeMutableRawBufferPointer) {
+        fileprivate init(handle: OpaquePointer?, texts: UnsafeMutableRawBufferPointer?) {
             (self.handle, self.texts) = (handle, texts)
         }
 
@@ -135,29 +137,37 @@ package struct BulkStatement {
         /// Text bound without a copy (`SQLITE_STATIC`): valid while the statement runs, so
         /// only through `runBorrowing`; nil binds NULL.
         package mutating func add(borrowed text: UnsafeRawBufferPointer?) {
-            if let text {
-                let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
-                sqlite3_bind_text(handle, index, base.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
-            } else {
+            guard let text else {
                 sqlite3_bind_null(handle, index)
+                index += 1
+                return
             }
-            index += 1
+            bindText(text.baseAddress, text.count, nil)
+        }
+
+        /// Text bound as a copy, from bytes that need not outlive the call: into the run's
+        /// buffer (`runBorrowing(texts:_:)`) while it has room, otherwise SQLite's
+        /// (`SQLITE_TRANSIENT`).
+        package mutating func add(copying text: UnsafeRawBufferPointer) {
+            guard let texts, let target = texts.baseAddress.map({ $0 + used }), text.count <= texts.count - used
+            else {
+                bindText(text.baseAddress, text.count, Self.transient)
+                return
+            }
+            if let base = text.baseAddress { target.copyMemory(from: base, byteCount: text.count) }
+            used += text.count
+            bindText(UnsafeRawPointer(target), text.count, nil)
         }
 
         private static let empty: StaticString = ""
 
-        /// Text bound as a copy, from bytes that need not outlive the call: into the run's
-        /// buffer (`run(texts:_:)`) while it has room, otherwise SQLite's (`SQLITE_TRANSIENT`).
-        package mutating func add(copying text: UnsafeRawBufferPointer) {
-            if let texts, let target = texts.baseAddress.map({ $0 + used }), text.count <= texts.count - used {
-                if let base = text.baseAddress { target.copyMemory(from: base, byteCount: text.count) }
-                sqlite3_bind_text(handle, index, target.assumingMemoryBound(to: CChar.self), Int32(text.count), nil)
-                used += text.count
-            } else {
-                let base = text.baseAddress ?? UnsafeRawPointer(Self.empty.utf8Start)
-                let chars = base.assumingMemoryBound(to: CChar.self)
-                sqlite3_bind_text(handle, index, chars, Int32(text.count), Self.transient)
-            }
+        /// Binds `count` bytes at `base` (none: the empty text) as the next parameter; `destructor`
+        /// nil is `SQLITE_STATIC`.
+        private mutating func bindText(
+            _ base: UnsafeRawPointer?, _ count: Int, _ destructor: sqlite3_destructor_type?
+        ) {
+            let chars = (base ?? UnsafeRawPointer(Self.empty.utf8Start)).assumingMemoryBound(to: CChar.self)
+            sqlite3_bind_text(handle, index, chars, Int32(count), destructor)
             index += 1
         }
 
@@ -263,8 +273,8 @@ package struct BulkInsert {
     private let many, one: BulkStatement
     private let checked: Bool
     private let table: String
-    /// The texts of a statement's rows (`BulkStatement.run(texts:_:)`): 128 rows of the widest
-    /// loads fit.
+    /// The texts of a statement's rows (`BulkStatement.runBorrowing(texts:_:)`): 128 rows of the
+    /// widest loads fit.
     private let texts = BulkStatement.TextBuffer(bytes: 64 * 1024)
 
     /// `columns`: the names, comma-separated, in the order `insert`'s `bind` adds values.
@@ -286,7 +296,7 @@ package struct BulkInsert {
         var start = 0
         while start < count {
             let rows = count - start >= Self.rowsPerStatement ? Self.rowsPerStatement : 1
-            let inserted = try (rows == 1 ? one : many).run(texts: texts) { binder in
+            let inserted = try (rows == 1 ? one : many).runBorrowing(texts: texts) { binder in
                 for i in start..<(start + rows) { bind(i, &binder) }
             }
             if checked && inserted != rows {
