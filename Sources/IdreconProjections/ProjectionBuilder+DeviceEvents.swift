@@ -98,8 +98,40 @@ extension ProjectionBuilder {
         /// Sorts the entries by device (app ID, then device ID, by bytes: two device IDs that
         /// differ only in Unicode normalization are two devices) and then by event key.
         mutating func sort() {
-            bytes.withUnsafeBufferPointer { base in
-                entries.sort { a, b in Self.precedes(a, base, b, base) }
+            let order = bytes.withUnsafeBufferPointer { base in
+                entries.withUnsafeBufferPointer { entries in GroupedOrder.of(Devices(entries: entries, base: base)) }
+            }
+            GroupedOrder.apply(order, to: &entries)
+        }
+
+        /// The entries grouped by device for `GroupedOrder`.
+        private struct Devices: GroupedItems {
+            let entries: UnsafeBufferPointer<Entry>, base: UnsafeBufferPointer<UInt8>
+
+            var count: Int { entries.count }
+
+            func hash(_ item: Int) -> UInt64 {
+                let e = entries[item]
+                var hash = e.appPrefix ^ e.devicePrefix &* 0x9E37_79B9_7F4A_7C15 ^ e.deviceNext &* 0xC2B2_AE3D_27D4_EB4F
+                hash ^= UInt64(e.appLength) << 32 | UInt64(e.deviceLength)
+                if e.appLength > 8 {
+                    hash ^= GroupedOrder.hash(base.baseAddress! + e.offset, Int(e.appLength))
+                }
+                if e.deviceLength > 16 {
+                    let device = base.baseAddress! + e.offset + Int(e.appLength)
+                    hash ^= GroupedOrder.hash(device, Int(e.deviceLength)) &* 0x1656_67B1_9E37_79F9
+                }
+                return hash
+            }
+
+            func sameGroup(_ a: Int, _ b: Int) -> Bool { deviceOrder(entries[a], base, entries[b], base) == nil }
+
+            func groupPrecedes(_ a: Int, _ b: Int) -> Bool { deviceOrder(entries[a], base, entries[b], base) == true }
+
+            func precedesInGroup(_ a: Int, _ b: Int) -> Bool {
+                let x = entries[a], y = entries[b]
+                if x.at != y.at { return x.at < y.at }
+                return String.bytesPrecede(eventID(x, base), eventID(y, base))
             }
         }
 

@@ -117,12 +117,11 @@ extension ProjectionBuilder {
         /// Calls `body` with each ASID, in key order (its bytes'), and its logins in event time.
         /// Sorts the logins in place.
         mutating func forEachASID(_ body: (String, [BulkLogin]) throws -> Void) rethrows {
+            let order = bytes.withUnsafeBufferPointer { base in
+                entries.withUnsafeBufferPointer { entries in GroupedOrder.of(ASIDs(entries: entries, base: base)) }
+            }
+            GroupedOrder.apply(order, to: &entries)
             try bytes.withUnsafeBufferPointer { base in
-                entries.sort { a, b in
-                    if let order = Self.asidOrder(a, b, base) { return order }
-                    guard a.at == b.at else { return a.at < b.at }
-                    return String.bytesPrecede(BulkLogin(a, base).eventID, BulkLogin(b, base).eventID)
-                }
                 var logins: [BulkLogin] = []
                 var start = 0
                 guard !entries.isEmpty else { return }
@@ -142,6 +141,30 @@ extension ProjectionBuilder {
             }
         }
 
+
+        /// The logins grouped by ASID for `GroupedOrder`.
+        private struct ASIDs: GroupedItems {
+            let entries: UnsafeBufferPointer<Entry>, base: UnsafeBufferPointer<UInt8>
+
+            var count: Int { entries.count }
+
+            func hash(_ item: Int) -> UInt64 {
+                let e = entries[item]
+                var hash = e.asidPrefix ^ e.asidNext &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(e.asidLength)
+                if e.asidLength > 16 { hash ^= GroupedOrder.hash(base.baseAddress! + e.offset, Int(e.asidLength)) }
+                return hash
+            }
+
+            func sameGroup(_ a: Int, _ b: Int) -> Bool { asidOrder(entries[a], entries[b], base) == nil }
+
+            func groupPrecedes(_ a: Int, _ b: Int) -> Bool { asidOrder(entries[a], entries[b], base) == true }
+
+            func precedesInGroup(_ a: Int, _ b: Int) -> Bool {
+                let x = entries[a], y = entries[b]
+                guard x.at == y.at else { return x.at < y.at }
+                return String.bytesPrecede(BulkLogin(x, base).eventID, BulkLogin(y, base).eventID)
+            }
+        }
 
         /// Whether `a`'s ASID precedes `b`'s; nil when they are the same ASID. Equal prefixes of
         /// equal lengths within the prefixes are equal texts; otherwise the bytes decide.
