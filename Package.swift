@@ -70,7 +70,8 @@ let package = Package(
         .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
         // glibc's `mallopt` (the process's allocator settings, `MemoryPolicy`).
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
-        // The compiler's prefetch hint, for the bulk folds' scattered reads.
+        // Compiler hints Swift does not expose: prefetches for the bulk folds' scattered reads and
+        // the branch-free search of the replay's partitions.
         .systemLibrary(name: "CPrefetch", path: "Sources/CPrefetch"),
         // Thin Kafka layer: consumer with offsets in SQLite, producer, embedded mock cluster.
         .target(

@@ -1,3 +1,4 @@
+import CPrefetch
 import GRDB
 import IdreconDomain
 import IdreconLog
@@ -11,7 +12,7 @@ import IdreconLog
 struct KeyRanges: Sendable {
     /// The first key of each partition but the first, ascending, as bytes (the scan looks keys
     /// up by the bytes SQLite returns): a device's app and device IDs, an ASID.
-    private let apps: ByteBounds, devices: ByteBounds
+    private let devices: DeviceBounds
     private let asids: ByteBounds
 
     /// Events and entities sampled per partition: enough to keep partitions within a few
@@ -65,8 +66,7 @@ struct KeyRanges: Sendable {
             }
         })
         let deviceBounds = Self.boundaries(Self.weighted(first.devices + second.devices) + Self.weighted(first.live), partitions)
-        apps = ByteBounds(deviceBounds.map { $0.first.text })
-        devices = ByteBounds(deviceBounds.map { $0.second.text })
+        devices = DeviceBounds(deviceBounds.map { ($0.first.text, $0.second.text) })
         asids = ByteBounds(Self.boundaries(Self.weighted(first.asids + second.asids) + Self.weighted(second.live), partitions)
             .map { $0.text })
     }
@@ -121,18 +121,11 @@ struct KeyRanges: Sendable {
 
     /// The partition of a device, by the bytes of its IDs.
     func partition(app: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>) -> Int {
-        let app = ByteBounds.Probe(app), device = ByteBounds.Probe(device)
-        return apps.rank { bound in
-            let order = apps.compare(bound, app)
-            return order != 0 ? order : devices.compare(bound, device)
-        }
+        devices.rank(app: ByteBounds.Probe(app), device: ByteBounds.Probe(device))
     }
 
     /// The partition of an ASID, by its bytes.
-    func partition(asid: UnsafeBufferPointer<UInt8>) -> Int {
-        let asid = ByteBounds.Probe(asid)
-        return asids.rank { asids.compare($0, asid) }
-    }
+    func partition(asid: UnsafeBufferPointer<UInt8>) -> Int { asids.rank(of: ByteBounds.Probe(asid)) }
 
     /// The partition of an ASID.
     func partition(asid: String) -> Int {
@@ -141,15 +134,47 @@ struct KeyRanges: Sendable {
     }
 }
 
+/// The first device of each partition but the first, ascending: the distinct apps among them,
+/// and the devices of each app's bounds, consecutive. A device's partition is its app's rank
+/// among the apps when no bound has its app (a search of a few), and otherwise its rank among
+/// that app's devices.
+struct DeviceBounds: Sendable {
+    private let apps: ByteBounds, devices: ByteBounds
+    /// Where each of `apps`' bounds start in `devices`, and their end.
+    private let starts: [Int]
+
+    /// `bounds` in ascending order (app, then device).
+    init(_ bounds: [(app: String, device: String)]) {
+        var apps: [String] = [], starts: [Int] = []
+        for (i, bound) in bounds.enumerated() where apps.last.map({ !$0.utf8.elementsEqual(bound.app.utf8) }) ?? true {
+            apps.append(bound.app)
+            starts.append(i)
+        }
+        starts.append(bounds.count)
+        (self.apps, self.devices, self.starts) = (ByteBounds(apps), ByteBounds(bounds.map(\.device)), starts)
+    }
+
+    /// How many bounds are at or below the device (the index of its partition).
+    func rank(app: ByteBounds.Probe, device: ByteBounds.Probe) -> Int {
+        let appRank = apps.rank(of: app)
+        guard appRank > 0, apps.compare(appRank - 1, app) == 0 else { return starts[appRank] }
+        return devices.rank(of: device, in: starts[appRank - 1]..<starts[appRank])
+    }
+}
+
 /// Sorted texts laid out in one buffer for lookups by their bytes: the scan looks up each event's
 /// device and ASID and every friend its list names, over 30M lookups at 10M events. Each text's
 /// first 16 bytes, big-endian and zero-padded, decide most comparisons without reading the
-/// buffer (generated ASIDs share their first 8). Arrays of arrays cost a reference count and a
-/// pointer per probe, and the scan's time per event grew with the partitions (1M events in 45
-/// partitions: 0.80 s against 0.55 s in 5).
+/// buffer (generated ASIDs share their first 8), and a search compares only those, without a
+/// branch per step (`rank(of:in:)`): a binary search's branches went either way at random, and
+/// the lookups were a seventh of the 10M scan's samples. Arrays of arrays cost a reference count
+/// and a pointer per probe, and the scan's time per event grew with the partitions (1M events in
+/// 45 partitions: 0.80 s against 0.55 s in 5).
 struct ByteBounds: Sendable {
     private let bytes: [UInt8]
     private let entries: [(start: Int, count: Int, prefix: Prefix)]
+    /// Each entry's prefix, high word first, for the searches (`idrecon_count_below`).
+    private let keys: [UInt64]
 
     /// A text's first 16 bytes, zero-padded, as two big-endian integers: compared as numbers,
     /// they order as the bytes do.
@@ -164,6 +189,7 @@ struct ByteBounds: Sendable {
             entries.append((start, bytes.count - start, prefix))
         }
         (self.bytes, self.entries) = (bytes, entries)
+        keys = entries.flatMap { [$0.prefix.high, $0.prefix.low] }
     }
 
     /// A text being looked up, with its prefix computed once.
@@ -199,14 +225,19 @@ struct ByteBounds: Sendable {
         return bytes()
     }
 
-    /// How many bounds are at or below a key, given each bound's order against it (`compare`):
-    /// the index of the key's partition.
-    func rank(_ order: (Int) -> Int) -> Int {
-        var low = 0, high = entries.count
-        while low < high {
-            let middle = (low + high) / 2
-            if order(middle) <= 0 { low = middle + 1 } else { high = middle }
+    /// How many of the bounds in `range` (all by default) are at or below `probe`, plus the
+    /// bounds before the range: the index of the probe's partition. The bounds whose prefix
+    /// precedes the probe's are counted by a search that compares prefixes only and picks the
+    /// next half without a branch; the bounds that share its prefix follow them and are
+    /// compared whole.
+    func rank(of probe: Probe, in range: Range<Int>? = nil) -> Int {
+        let range = range ?? 0..<entries.count
+        guard !range.isEmpty else { return range.lowerBound }
+        let prefix = probe.prefix
+        var rank = range.lowerBound + keys.withUnsafeBufferPointer { keys in
+            idrecon_count_below(keys.baseAddress! + 2 * range.lowerBound, range.count, prefix.high, prefix.low)
         }
-        return low
+        while rank < range.upperBound, entries[rank].prefix == prefix, compare(rank, probe) <= 0 { rank += 1 }
+        return rank
     }
 }

@@ -28,7 +28,7 @@ import Testing
                 key.withUTF8 { bytes in
                     let expected = bounds.filter { Self.order($0, text) <= 0 }.count
                     let probe = ByteBounds.Probe(bytes)
-                    #expect(table.rank { table.compare($0, probe) } == expected, "\(count) bounds, rank of \(text)")
+                    #expect(table.rank(of: probe) == expected, "\(count) bounds, rank of \(text)")
                 }
             }
         }
@@ -44,8 +44,34 @@ import Testing
                 for (index, bound) in bounds.enumerated() {
                     #expect(table.compare(index, probe).signum() == Self.order(bound, text), "\(bound) against \(text)")
                 }
-                let rank = table.rank { table.compare($0, probe) }
+                let rank = table.rank(of: probe)
                 #expect(rank == bounds.filter { Self.order($0, text) <= 0 }.count, "rank of \(text)")
+            }
+        }
+    }
+
+    /// Devices are ranked by app and then device ID: bounds of one app and of several, with
+    /// repeated bounds, against apps and devices that are and are not among them.
+    @Test func ranksDevicesByAppThenDevice() {
+        let apps = ["", "1001", "1002", "10020", "1234567890abcdefX", "1234567890abcdefY", "\u{e9}"]
+        let pairs = apps.flatMap { app in Self.texts.map { (app, $0) } }
+        func order(_ a: (String, String), _ b: (String, String)) -> Int {
+            let app = Self.order(a.0, b.0)
+            return app != 0 ? app : Self.order(a.1, b.1)
+        }
+        let sorted = pairs.sorted { order($0, $1) < 0 }
+        for step in [1, 2, 3, 7, 40, 1_000] {
+            let picked = sorted.enumerated().filter { $0.offset % step == step / 2 }.map(\.element)
+            let bounds = step == 7 ? picked.flatMap { [$0, $0] } : picked
+            let table = DeviceBounds(bounds.map { (app: $0.0, device: $0.1) })
+            for pair in pairs + [("1001", "dev-"), ("0", "a"), ("zz", "")] {
+                var (app, device) = pair
+                app.withUTF8 { app in
+                    device.withUTF8 { device in
+                        let rank = table.rank(app: ByteBounds.Probe(app), device: ByteBounds.Probe(device))
+                        #expect(rank == bounds.filter { order($0, pair) <= 0 }.count, "\(step): rank of \(pair)")
+                    }
+                }
             }
         }
     }
