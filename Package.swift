@@ -103,7 +103,11 @@ let package = Package(
                 .target(name: "CMalloc", condition: .when(platforms: [.linux])),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // The static Swift runtime's link arguments export every symbol of the executable
+            // (40,000), and the runtime's one `dladdr` at start-up walked them all; nothing
+            // looks our symbols up by name. Queries are whole processes (`schemas/performance.md`).
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic"], .when(platforms: [.linux]))]
         ),
         // Deterministic, seeded event-stream generator (library + CLI).
         .target(name: "EventGenerator", dependencies: ["IdreconDomain"], path: "tools/EventGenerator"),
