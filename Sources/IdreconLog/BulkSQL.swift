@@ -179,12 +179,50 @@ package struct BulkStatement {
         }
 
         package mutating func add(_ value: String?) {
-            guard var value else {
+            guard let value else {
                 sqlite3_bind_null(handle, index)
                 index += 1
                 return
             }
+            add(value)
+        }
+
+        /// A text bound as a copy (`add(copying:)`), read where it is: no mutable copy of the
+        /// `String` (a retain and a release) for `withUTF8`.
+        package mutating func add(_ value: String) {
+            let copied: Void? = value.utf8.withContiguousStorageIfAvailable { add(copying: UnsafeRawBufferPointer($0)) }
+            guard copied == nil else { return }
+            var value = copy value
             value.withUTF8 { bytes in add(copying: UnsafeRawBufferPointer(bytes)) }
+        }
+
+        /// `prefix` followed by `text`, bound as one text (a copy).
+        package mutating func add(_ prefix: StaticString, _ text: String) {
+            let length = prefix.utf8CodeUnitCount + text.utf8.count
+            withUnsafeTemporaryAllocation(byteCount: length, alignment: 1) { joined in
+                joined.copyMemory(from: UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+                UnsafeMutableRawBufferPointer(rebasing: joined[prefix.utf8CodeUnitCount...]).copyBytes(from: text.utf8)
+                add(copying: UnsafeRawBufferPointer(joined))
+            }
+        }
+
+        /// `texts` joined by `separator`, bound as one text (a copy).
+        package mutating func add(joining texts: [String], separator: UInt8) {
+            var length = max(0, texts.count - 1)
+            for i in texts.indices { length += texts[i].utf8.count }
+            withUnsafeTemporaryAllocation(byteCount: length, alignment: 1) { joined in
+                var offset = 0
+                for i in texts.indices {
+                    if i > 0 {
+                        joined[offset] = separator
+                        offset += 1
+                    }
+                    let utf8 = texts[i].utf8
+                    UnsafeMutableRawBufferPointer(rebasing: joined[offset..<(offset + utf8.count)]).copyBytes(from: utf8)
+                    offset += utf8.count
+                }
+                add(copying: UnsafeRawBufferPointer(joined))
+            }
         }
     }
 
@@ -273,6 +311,8 @@ package struct BulkInsert {
     private let many, one: BulkStatement
     private let checked: Bool
     private let table: String
+    /// How many values a row has.
+    let columns: Int
     /// The texts of a statement's rows (`BulkStatement.runBorrowing(texts:_:)`): 128 rows of the
     /// widest loads fit.
     private let texts = BulkStatement.TextBuffer(bytes: 64 * 1024)
@@ -286,6 +326,7 @@ package struct BulkInsert {
         one = try BulkStatement(cached: db, insert + row)
         self.checked = checked
         self.table = table
+        self.columns = count
     }
 
     /// Inserts `count` rows in order; `bind` adds the values of row `i` (0 ..< count). Rows by

@@ -124,10 +124,11 @@ enum AccessProjection: Projection {
 
     // MARK: Bulk
 
-    /// A partition's latest logins and limited spans as a bulk build loads them, in key order.
+    /// A partition's latest logins and limited spans as a bulk build loads them, in key order,
+    /// packed (`Rows.last`, `Rows.span`).
     struct BulkRows {
-        var lasts: [(asid: String, last: (key: EventKey, limited: Bool))] = []
-        var spans: [(asid: String, span: Span)] = []
+        var lasts = PackedRows()
+        var spans = PackedRows()
     }
 
     /// Adds the rows of an ASID that comes after those added (replay prepares them off the
@@ -136,15 +137,15 @@ enum AccessProjection: Projection {
     /// before the earliest limited one open or close no span, so they are skipped.
     static func addBulk(_ asid: String, _ logins: [BulkLogin], to rows: inout BulkRows) {
         guard let firstLimited = logins.firstIndex(where: \.limited) else {
-            return rows.lasts.append((asid, (logins[logins.count - 1].key, false)))
+            return Rows.last(asid, (logins[logins.count - 1].key, false), &rows.lasts)
         }
         var fold = Fold()
         for login in logins[firstLimited...] {
             fold.add(Login(key: login.key, limited: login.limited, app: login.limited ? login.app : "",
                            device: login.limited ? login.device : ""))
         }
-        if let last = fold.last { rows.lasts.append((asid, last)) }
-        for span in fold.spans { rows.spans.append((asid, span)) }
+        if let last = fold.last { Rows.last(asid, last, &rows.lasts) }
+        for span in fold.spans { Rows.span(asid, span, &rows.spans) }
     }
 
     /// Writes a partition's rows (replay) into empty tables.
@@ -185,30 +186,28 @@ enum AccessProjection: Projection {
         /// Writes a fold: its latest login, the stored span it closed and the spans it opened.
         func write(_ asid: String, _ fold: Fold) throws {
             guard let last = fold.last else { return }
-            try saveLast.run { Self.bind(asid, last, &$0) }
+            try saveLast.run { Self.last(asid, last, &$0) }
             if let closed = fold.closedStored {
                 try closeSpan.run { $0.add(closed.to.at); $0.add(closed.to.eventID); $0.add(asid); $0.add(closed.from.at); $0.add(closed.from.eventID) }
             }
-            try insertSpan.insert(count: fold.spans.count) { i, binder in Self.bind(asid, fold.spans[i], &binder) }
+            try insertSpan.insert(count: fold.spans.count) { i, binder in Self.span(asid, fold.spans[i], &binder) }
         }
 
         /// Inserts a bulk build's rows (of ASIDs with nothing stored), in key order, into empty tables.
         func insert(_ rows: BulkRows) throws {
-            try insertLast.insert(count: rows.lasts.count) { i, binder in
-                Self.bind(rows.lasts[i].asid, rows.lasts[i].last, &binder)
-            }
-            try insertSpan.insert(count: rows.spans.count) { i, binder in
-                Self.bind(rows.spans[i].asid, rows.spans[i].span, &binder)
-            }
+            try insertLast.insert(rows.lasts)
+            try insertSpan.insert(rows.spans)
         }
 
-        private static func bind(_ asid: String, _ last: (key: EventKey, limited: Bool), _ binder: inout BulkStatement.Binder) {
-            binder.add(asid); binder.add(last.key.at); binder.add(last.key.eventID); binder.add(last.limited ? "limited" : "enabled")
+        /// An ASID's latest login: `asid_last_logins`' columns.
+        static func last<S: RowSink>(_ asid: String, _ last: (key: EventKey, limited: Bool), _ sink: inout S) {
+            sink.add(asid); sink.add(last.key.at); sink.add(last.key.eventID); sink.add(last.limited ? "limited" : "enabled")
         }
 
-        private static func bind(_ asid: String, _ span: Span, _ binder: inout BulkStatement.Binder) {
-            binder.add(asid); binder.add(span.from.at); binder.add(span.from.eventID); binder.add(span.to?.at); binder.add(span.to?.eventID)
-            binder.add(span.app); binder.add(span.device)
+        /// One of an ASID's limited spans: `asid_limited_spans`' columns.
+        static func span<S: RowSink>(_ asid: String, _ span: Span, _ sink: inout S) {
+            sink.add(asid); sink.add(span.from.at); sink.add(span.from.eventID); sink.add(span.to?.at); sink.add(span.to?.eventID)
+            sink.add(span.app); sink.add(span.device)
         }
 
         func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }

@@ -94,6 +94,18 @@ enum DevicesProjection: Projection {
         }
     }
 
+    /// A partition's folded devices and their changed spans as a bulk build loads them, in
+    /// key order, packed (`Rows.device`, `Rows.span`).
+    struct BulkRows {
+        var devices = PackedRows(), spans = PackedRows()
+
+        /// Adds a device folded from all its events (after those added).
+        mutating func add(_ app: String, _ device: String, _ fold: Fold) {
+            Rows.device(app, device, fold.state, &devices)
+            for span in fold.changedSpans { Rows.span(app, device, span, &spans) }
+        }
+    }
+
     // MARK: Live
 
     static func apply(_ facts: [ProjectionFact], in context: ProjectionContext) throws {
@@ -192,8 +204,8 @@ enum DevicesProjection: Projection {
         func write(_ app: String, _ device: String, _ fold: Fold, stored: DeviceState?) throws {
             let s = fold.state
             guard let stored else {
-                try insertDevice.insert { Self.bind(app, device, s, &$0) }
-                for span in fold.changedSpans { try upsertSpan.run { Self.bind(app, device, span, &$0) } }
+                try insertDevice.insert { Self.device(app, device, s, &$0) }
+                for span in fold.changedSpans { try upsertSpan.run { Self.span(app, device, span, &$0) } }
                 return
             }
             let keepsASID = stored.asid.sameBytes(as: s.asid)
@@ -205,29 +217,28 @@ enum DevicesProjection: Projection {
                 $0.add(s.lastLoginTracking?.rawValue); $0.add(s.logoutSinceLastLogin)
                 $0.add(app); $0.add(device)
             }
-            for span in fold.changedSpans { try upsertSpan.run { Self.bind(app, device, span, &$0) } }
+            for span in fold.changedSpans { try upsertSpan.run { Self.span(app, device, span, &$0) } }
         }
 
-        /// Inserts a bulk build's folded devices, in key order, into empty tables.
-        func insert(_ devices: [FoldedDevice]) throws {
-            try insertDevice.insert(count: devices.count) { i, binder in
-                Self.bind(devices[i].app, devices[i].device, devices[i].fold.state, &binder)
-            }
-            let spans = Array(devices.lazy.flatMap { device in device.fold.changedSpans.lazy.map { (device.app, device.device, $0) } })
-            try insertSpan.insert(count: spans.count) { i, binder in Self.bind(spans[i].0, spans[i].1, spans[i].2, &binder) }
+        /// Inserts a bulk build's folded devices (`BulkRows`), in key order, into empty tables.
+        func insert(_ rows: BulkRows) throws {
+            try insertDevice.insert(rows.devices)
+            try insertSpan.insert(rows.spans)
         }
 
-        private static func bind(_ app: String, _ device: String, _ s: DeviceState, _ binder: inout BulkStatement.Binder) {
-            binder.add(app); binder.add(device)
-            binder.add(s.mode.rawValue); binder.add(s.asid)
-            binder.add(s.first!.at); binder.add(s.first!.eventID); binder.add(s.last!.at); binder.add(s.last!.eventID)
-            binder.add(s.logins); binder.add(s.logouts); binder.add(s.anomalies)
-            binder.add(s.lastLoginTracking?.rawValue); binder.add(s.logoutSinceLastLogin)
+        /// A device's state: `devices`' columns.
+        static func device<S: RowSink>(_ app: String, _ device: String, _ s: DeviceState, _ sink: inout S) {
+            sink.add(app); sink.add(device)
+            sink.add(s.mode.rawValue); sink.add(s.asid)
+            sink.add(s.first!.at); sink.add(s.first!.eventID); sink.add(s.last!.at); sink.add(s.last!.eventID)
+            sink.add(s.logins); sink.add(s.logouts); sink.add(s.anomalies)
+            sink.add(s.lastLoginTracking?.rawValue); sink.add(s.logoutSinceLastLogin)
         }
 
-        private static func bind(_ app: String, _ device: String, _ span: LimitedSpan, _ binder: inout BulkStatement.Binder) {
-            binder.add(app); binder.add(device); binder.add(span.from.at); binder.add(span.from.eventID)
-            binder.add(span.to?.at); binder.add(span.to?.eventID); binder.add(span.asid)
+        /// One of a device's limited spans: `limited_spans`' columns.
+        static func span<S: RowSink>(_ app: String, _ device: String, _ span: LimitedSpan, _ sink: inout S) {
+            sink.add(app); sink.add(device); sink.add(span.from.at); sink.add(span.from.eventID)
+            sink.add(span.to?.at); sink.add(span.to?.eventID); sink.add(span.asid)
         }
 
         func deleteSpans(_ app: String, _ device: String) throws {

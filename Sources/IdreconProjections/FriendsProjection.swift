@@ -141,8 +141,8 @@ enum FriendsProjection: Projection {
     /// loads them, in key order. A partition's mentions are those of its ASIDs
     /// (`ProjectionBuilder.SpilledFacts` routes them).
     struct BulkRows {
-        var snapshots: [(asid: String, snapshot: FriendSnapshot)] = []
-        var mentions: [(key: String, value: EventKey)] = []
+        /// Packed: `Rows.snapshot`, `Rows.mention`.
+        var snapshots = PackedRows(), mentions = PackedRows()
         var edges: [Edge: Sides] = [:]
     }
 
@@ -160,7 +160,7 @@ enum FriendsProjection: Projection {
             snapshot.apply(key: logins[listed].key, friends: friends, declinesFriends: false)
         }
         if let declined { snapshot.apply(key: logins[declined].key, friends: nil, declinesFriends: true) }
-        rows.snapshots.append((asid, snapshot))
+        Rows.snapshot(asid, snapshot, &rows.snapshots)
         for friend in snapshot.effective {
             if let spill {
                 try spill.add(edge: Edge(asid, friend), from: asid)
@@ -173,9 +173,9 @@ enum FriendsProjection: Projection {
     /// Writes a partition's rows (replay).
     static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws {
         let writer = try Rows(db, t)
-        try writer.insertSnapshots(rows.snapshots)
+        try writer.insert(snapshots: rows.snapshots)
         try write(edges: rows.edges, mentions: [:], writer)
-        try writer.insertMentions(rows.mentions)
+        try writer.insert(mentions: rows.mentions)
     }
 
     /// The edges of a replay with several partitions, each spilled to the partition that
@@ -355,22 +355,22 @@ enum FriendsProjection: Projection {
         }
 
         func write(_ asid: String, _ s: FriendSnapshot, stored: Bool) throws {
-            guard stored else { return try insertSnapshots(CollectionOfOne((asid, s))) }
+            guard stored else { return try insertSnapshot.insert { Self.snapshot(asid, s, &$0) } }
             try updateSnapshot.run {
                 $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
                 $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID); $0.add(asid)
             }
         }
 
-        func insertSnapshots<C: RandomAccessCollection<(asid: String, snapshot: FriendSnapshot)>>(_ snapshots: C) throws
-        where C.Index == Int {
-            try insertSnapshot.insert(count: snapshots.count) { i, binder in
-                let row = snapshots[snapshots.startIndex + i], s = row.snapshot
-                binder.add(row.asid)
-                binder.add(s.listedAt?.at); binder.add(s.listedAt?.eventID); binder.add(s.friends.joined(separator: ","))
-                binder.add(s.declinedAt?.at); binder.add(s.declinedAt?.eventID)
-            }
+        /// An ASID's snapshot: `insertSnapshot`'s columns.
+        static func snapshot<S: RowSink>(_ asid: String, _ s: FriendSnapshot, _ sink: inout S) {
+            sink.add(asid); sink.add(s.listedAt?.at); sink.add(s.listedAt?.eventID)
+            sink.add(joining: s.friends, separator: UInt8(ascii: ","))
+            sink.add(s.declinedAt?.at); sink.add(s.declinedAt?.eventID)
         }
+
+        /// Inserts a bulk build's snapshots (`BulkRows`), in key order.
+        func insert(snapshots: PackedRows) throws { try insertSnapshot.insert(snapshots) }
 
         /// Inserts a bulk build's edges (each named by at least one side), in key order, into
         /// a range of the table that holds none of them.
@@ -382,13 +382,16 @@ enum FriendsProjection: Projection {
             }
         }
 
-        /// Inserts a bulk build's mentions, in key order, of ASIDs none of whose mentions are stored.
-        func insertMentions(_ mentions: [(key: String, value: EventKey)]) throws {
-            try insertMention.insert(count: mentions.count) { i, binder in
-                let mention = mentions[i]
-                binder.add(mention.key); binder.add(mention.value.at); binder.add(mention.value.eventID)
-            }
+        /// A friend's earliest mention: `insertMention`'s columns.
+        static func mention<S: RowSink>(
+            _ friend: UnsafeBufferPointer<UInt8>, at: Int64, eventID: UnsafeBufferPointer<UInt8>, _ sink: inout S
+        ) {
+            sink.add(utf8: friend); sink.add(at); sink.add(utf8: eventID)
         }
+
+        /// Inserts a bulk build's mentions (`BulkRows`), in key order, of ASIDs none of whose
+        /// mentions are stored.
+        func insert(mentions: PackedRows) throws { try insertMention.insert(mentions) }
 
         /// Sets the sides a fold changed. Naming only: an upsert. Unnaming: the edge goes when
         /// no side names it any more, else it loses that side; an edge not stored stays absent.

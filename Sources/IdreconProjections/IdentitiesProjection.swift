@@ -147,10 +147,11 @@ enum IdentitiesProjection: Projection {
 
     // MARK: Bulk
 
-    /// A partition's ASIDs and their keys as a bulk build loads them, in key order.
+    /// A partition's ASIDs and their keys as a bulk build loads them, in key order, packed
+    /// (`Rows.member`, `Rows.link`).
     struct BulkRows {
-        var members: [(String, EventKey)] = []
-        var links: [(String, String, EventKey)] = []
+        var members = PackedRows()
+        var links = PackedRows()
     }
 
     /// Adds the rows of an ASID that comes after those added (replay prepares them off the
@@ -169,18 +170,16 @@ enum IdentitiesProjection: Projection {
             add(login.email, at: login)
             add(login.tfb, at: login)
         }
-        rows.members.append((asid, fold.firstLogin))
+        Rows.member(asid, fold.firstLogin, &rows.members)
         for key in fold.keys.sorted(by: { $0.key.bytesPrecede($1.key) }) {
-            rows.links.append((asid, key.key, key.first))
+            Rows.link(asid, key.key, key.first, &rows.links)
         }
     }
 
     /// Writes a partition's ASIDs and their keys (replay), each with the provisional identity
     /// `u:` + itself; `finishBulk` counts the keys and assigns the components' identities.
     static func writeBulk(_ rows: BulkRows, _ db: Database, _ t: ProjectionTables) throws {
-        let writer = try Rows(db, t)
-        try writer.insertASIDs(rows.members)
-        try writer.insertLinks(rows.links)
+        try Rows(db, t).insert(rows)
     }
 
     /// Link keys, their ASIDs and their ambiguity (`KeyAmbiguity`'s raw value, 0 when none),
@@ -319,16 +318,20 @@ enum IdentitiesProjection: Projection {
             try loadIdentity.first({ $0.add(asid) }) { (Self.eventKey($0), $0.string(2)) }
         }
 
-        func insertASID(_ asid: String, firstLogin: EventKey) throws {
-            try insertASIDs(CollectionOfOne((asid, firstLogin)))
+        /// An ASID's row, its own identity until linked: `insertMember`'s columns.
+        static func member<S: RowSink>(_ asid: String, _ firstLogin: EventKey, _ sink: inout S) {
+            sink.add(asid); sink.add(firstLogin.at); sink.add(firstLogin.eventID); sink.add("u:", asid)
         }
 
-        /// Inserts new ASIDs, each its own identity until linked.
-        func insertASIDs<C: RandomAccessCollection<(String, EventKey)>>(_ asids: C) throws where C.Index == Int {
-            try insertMember.insert(count: asids.count) { i, binder in
-                let (asid, first) = asids[asids.startIndex + i]
-                binder.add(asid); binder.add(first.at); binder.add(first.eventID); binder.add("u:" + asid)
-            }
+        /// Inserts a new ASID.
+        func insertASID(_ asid: String, firstLogin: EventKey) throws {
+            try insertMember.insert { Self.member(asid, firstLogin, &$0) }
+        }
+
+        /// Inserts a bulk build's ASIDs and keys (`BulkRows`).
+        func insert(_ rows: BulkRows) throws {
+            try insertMember.insert(rows.members)
+            try insertLink_.insert(rows.links)
         }
 
         func moveFirstLogin(_ asid: String, to first: EventKey) throws {
@@ -341,15 +344,13 @@ enum IdentitiesProjection: Projection {
             try loadLink.first({ $0.add(asid); $0.add(key) }, Self.eventKey)
         }
 
-        func insertLink(_ asid: String, _ key: String, first: EventKey) throws {
-            try insertLinks(CollectionOfOne((asid, key, first)))
+        /// An ASID's link key and its first login with it: `insertLink_`'s columns.
+        static func link<S: RowSink>(_ asid: String, _ key: String, _ first: EventKey, _ sink: inout S) {
+            sink.add(asid); sink.add(key); sink.add(first.at); sink.add(first.eventID)
         }
 
-        func insertLinks<C: RandomAccessCollection<(String, String, EventKey)>>(_ links: C) throws where C.Index == Int {
-            try insertLink_.insert(count: links.count) { i, binder in
-                let link = links[links.startIndex + i]
-                binder.add(link.0); binder.add(link.1); binder.add(link.2.at); binder.add(link.2.eventID)
-            }
+        func insertLink(_ asid: String, _ key: String, first: EventKey) throws {
+            try insertLink_.insert { Self.link(asid, key, first, &$0) }
         }
 
         /// Inserts a bulk build's link keys, in key order, into an empty table.

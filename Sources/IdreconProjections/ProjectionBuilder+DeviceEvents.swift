@@ -239,7 +239,7 @@ extension ProjectionBuilder {
         a.sort()
         b.sort()
         let events = a.count + b.count
-        var devices: [FoldedDevice] = []
+        var devices = DevicesProjection.BulkRows()
         a.bytes.withUnsafeBufferPointer { x in
             b.bytes.withUnsafeBufferPointer { y in
                 var current: (entry: DeviceEvents.Entry, base: UnsafeBufferPointer<UInt8>)?
@@ -258,14 +258,14 @@ extension ProjectionBuilder {
                         j += 1
                     }
                     if let device = current, !DeviceEvents.sameDevice(device.entry, device.base, entry, base) {
-                        devices.append((DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold))
+                        devices.add(DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold)
                         (current, fold) = (nil, DevicesProjection.Fold())
                     }
                     if current == nil { current = (entry, base) }
                     fold.add(DeviceEvents.fact(entry, base))
                 }
                 if let device = current {
-                    devices.append((DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold))
+                    devices.add(DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold)
                 }
             }
         }

@@ -287,6 +287,17 @@ extension ProjectionBuilder {
 
         /// Each friend and its earliest mention, in key order (the bytes').
         func sorted() -> [(key: String, value: EventKey)] {
+            var sorted: [(key: String, value: EventKey)] = []
+            forEachSorted { friend, at, eventID in
+                sorted.append((String(decoding: friend, as: UTF8.self),
+                               EventKey(at: at, eventID: String(decoding: eventID, as: UTF8.self))))
+            }
+            return sorted
+        }
+
+        /// Calls `body` with each friend and its earliest mention (time and event ID), in key
+        /// order (the bytes'), as bytes valid during the call.
+        func forEachSorted(_ body: (UnsafeBufferPointer<UInt8>, Int64, UnsafeBufferPointer<UInt8>) -> Void) {
             bytes.withUnsafeBufferPointer { base in
                 func friend(_ item: Item) -> UnsafeBufferPointer<UInt8> {
                     DeviceEvents.slice(base, item.offset, item.length)
@@ -297,11 +308,9 @@ extension ProjectionBuilder {
                     if a.next != b.next { return a.next < b.next }
                     return String.bytesPrecede(friend(items[a.index]), friend(items[b.index]))
                 }
-                return order.map { entry in
+                for entry in order {
                     let item = items[entry.index]
-                    let eventID = DeviceEvents.slice(base, item.eventIDOffset, item.eventIDLength)
-                    return (String(decoding: friend(item), as: UTF8.self),
-                            EventKey(at: item.at, eventID: String(decoding: eventID, as: UTF8.self)))
+                    body(friend(item), item.at, DeviceEvents.slice(base, item.eventIDOffset, item.eventIDLength))
                 }
             }
         }

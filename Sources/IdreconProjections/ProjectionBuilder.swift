@@ -505,7 +505,10 @@ package struct ProjectionBuilder {
         var logins = facts.logins
         let mentions = facts.mentions
         facts = Facts() // the logins are sorted in place
-        var prepared = PreparedASIDs(friends: FriendsProjection.BulkRows(mentions: mentions.sorted()))
+        var prepared = PreparedASIDs(friends: FriendsProjection.BulkRows())
+        mentions.forEachSorted { friend, at, eventID in
+            FriendsProjection.Rows.mention(friend, at: at, eventID: eventID, &prepared.friends.mentions)
+        }
         try logins.forEachASID { asid, logins in
             IdentitiesProjection.addBulk(asid, logins, to: &prepared.identities)
             AccessProjection.addBulk(asid, logins, to: &prepared.access)
@@ -515,10 +518,8 @@ package struct ProjectionBuilder {
     }
 }
 
-/// One device's folded state and limited spans.
-typealias FoldedDevice = (app: String, device: String, fold: DevicesProjection.Fold)
-/// A partition's folded devices (in key order) and the events they were folded from.
-typealias FoldedDevices = (devices: [FoldedDevice], events: Int)
+/// A partition's folded devices' rows (in key order) and the events they were folded from.
+typealias FoldedDevices = (devices: DevicesProjection.BulkRows, events: Int)
 
 /// A value taken out once, leaving no reference behind: what takes it (another thread, or
 /// a later step) owns it alone and can mutate it in place or release it.

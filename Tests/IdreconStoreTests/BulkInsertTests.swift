@@ -40,4 +40,39 @@ import Testing
             #expect(Array(b.utf8) == Array((Self.value(i + 1) ?? "").utf8))
         }
     }
+
+    /// One row's values through `RowSink`: what a projection binds live and packs for a bulk load.
+    static func row<S: RowSink>(_ i: Int, _ sink: inout S) {
+        sink.add(i)
+        sink.add(Self.value(i))
+        sink.add(i % 3 == 0 ? nil : Int64(i) * 1_000_000_007)
+        sink.add("u:", Self.value(i + 1) ?? "")
+        sink.add(joining: (0..<(i % 4)).compactMap { Self.value(i + $0) }, separator: UInt8(ascii: ","))
+        Array((Self.value(i + 2) ?? "").utf8).withUnsafeBufferPointer { sink.add(utf8: $0) }
+    }
+
+    /// Rows packed (`PackedRows`) are stored as the same rows bound one by one.
+    @Test func packedRowsAreStoredAsBoundOnes() throws {
+        let db = try DatabaseQueue()
+        let count = 1_000
+        let columns = "k, a, n, p, j, u"
+        try db.write { db in
+            for table in ["bound", "packed"] {
+                try db.execute(sql: "CREATE TABLE \(table) (k INTEGER PRIMARY KEY, a TEXT, n INTEGER, p TEXT, j TEXT, u TEXT)")
+            }
+            let bound = try BulkInsert(cached: db, into: "bound", columns)
+            try bound.insert(count: count) { i, binder in Self.row(i, &binder) }
+            var packed = PackedRows()
+            for i in 0..<count { Self.row(i, &packed) }
+            try BulkInsert(cached: db, into: "packed", columns).insert(packed)
+        }
+        let (bound, packed) = try db.read { db in
+            (try Row.fetchAll(db, sql: "SELECT k, a, n, p, j, u FROM bound ORDER BY k"),
+             try Row.fetchAll(db, sql: "SELECT k, a, n, p, j, u FROM packed ORDER BY k"))
+        }
+        #expect(bound.count == count)
+        #expect(packed == bound)
+        let joined: String? = bound[3]["j"]
+        #expect(joined.map { Array($0.utf8) } == Array([3, 4, 5].compactMap(Self.value).joined(separator: ",").utf8))
+    }
 }
