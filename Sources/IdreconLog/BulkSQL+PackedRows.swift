@@ -96,8 +96,8 @@ package struct PackedRows: RowSink {
                         case -1: binder.add(value.number)
                         case -2: binder.add(nil as Int64?)
                         default:
-                            let start = Int(value.number)
-                            binder.add(borrowed: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + value.length)]))
+                            let start = Int(value.number), text = bytes[start..<(start + value.length)]
+                            binder.add(borrowed: UnsafeRawBufferPointer(rebasing: text))
                         }
                     }
                 }

@@ -200,8 +200,9 @@ package struct BulkStatement {
         package mutating func add(_ prefix: StaticString, _ text: String) {
             let length = prefix.utf8CodeUnitCount + text.utf8.count
             withUnsafeTemporaryAllocation(byteCount: length, alignment: 1) { joined in
-                joined.copyMemory(from: UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
-                UnsafeMutableRawBufferPointer(rebasing: joined[prefix.utf8CodeUnitCount...]).copyBytes(from: text.utf8)
+                let prefix = UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount)
+                joined.copyMemory(from: prefix)
+                UnsafeMutableRawBufferPointer(rebasing: joined[prefix.count...]).copyBytes(from: text.utf8)
                 add(copying: UnsafeRawBufferPointer(joined))
             }
         }
@@ -218,7 +219,8 @@ package struct BulkStatement {
                         offset += 1
                     }
                     let utf8 = texts[i].utf8
-                    UnsafeMutableRawBufferPointer(rebasing: joined[offset..<(offset + utf8.count)]).copyBytes(from: utf8)
+                    let target = UnsafeMutableRawBufferPointer(rebasing: joined[offset..<(offset + utf8.count)])
+                    target.copyBytes(from: utf8)
                     offset += utf8.count
                 }
                 add(copying: UnsafeRawBufferPointer(joined))

@@ -201,12 +201,14 @@ enum AccessProjection: Projection {
 
         /// An ASID's latest login: `asid_last_logins`' columns.
         static func last<S: RowSink>(_ asid: String, _ last: (key: EventKey, limited: Bool), _ sink: inout S) {
-            sink.add(asid); sink.add(last.key.at); sink.add(last.key.eventID); sink.add(last.limited ? "limited" : "enabled")
+            sink.add(asid); sink.add(last.key.at); sink.add(last.key.eventID)
+            sink.add(last.limited ? "limited" : "enabled")
         }
 
         /// One of an ASID's limited spans: `asid_limited_spans`' columns.
         static func span<S: RowSink>(_ asid: String, _ span: Span, _ sink: inout S) {
-            sink.add(asid); sink.add(span.from.at); sink.add(span.from.eventID); sink.add(span.to?.at); sink.add(span.to?.eventID)
+            sink.add(asid); sink.add(span.from.at); sink.add(span.from.eventID)
+            sink.add(span.to?.at); sink.add(span.to?.eventID)
             sink.add(span.app); sink.add(span.device)
         }
 

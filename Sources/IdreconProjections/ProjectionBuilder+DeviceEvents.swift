@@ -258,14 +258,16 @@ extension ProjectionBuilder {
                         j += 1
                     }
                     if let device = current, !DeviceEvents.sameDevice(device.entry, device.base, entry, base) {
-                        devices.add(DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold)
+                        devices.add(DeviceEvents.app(device.entry, device.base),
+                                    DeviceEvents.device(device.entry, device.base), fold)
                         (current, fold) = (nil, DevicesProjection.Fold())
                     }
                     if current == nil { current = (entry, base) }
                     fold.add(DeviceEvents.fact(entry, base))
                 }
                 if let device = current {
-                    devices.add(DeviceEvents.app(device.entry, device.base), DeviceEvents.device(device.entry, device.base), fold)
+                    devices.add(DeviceEvents.app(device.entry, device.base),
+                                DeviceEvents.device(device.entry, device.base), fold)
                 }
             }
         }

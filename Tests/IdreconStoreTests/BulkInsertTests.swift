@@ -58,7 +58,9 @@ import Testing
         let columns = "k, a, n, p, j, u"
         try db.write { db in
             for table in ["bound", "packed"] {
-                try db.execute(sql: "CREATE TABLE \(table) (k INTEGER PRIMARY KEY, a TEXT, n INTEGER, p TEXT, j TEXT, u TEXT)")
+                try db.execute(sql: """
+                    CREATE TABLE \(table) (k INTEGER PRIMARY KEY, a TEXT, n INTEGER, p TEXT, j TEXT, u TEXT)
+                    """)
             }
             let bound = try BulkInsert(cached: db, into: "bound", columns)
             try bound.insert(count: count) { i, binder in Self.row(i, &binder) }
