@@ -127,6 +127,12 @@ struct KeyRanges: Sendable {
     /// The partition of an ASID, by its bytes.
     func partition(asid: UnsafeBufferPointer<UInt8>) -> Int { asids.rank(of: ByteBounds.Probe(asid)) }
 
+    /// Whether an ASID, by its bytes, is in `partition`: two comparisons with the partition's
+    /// bounds, not a search (a partition's logins name friends of every partition).
+    func holds(asid: UnsafeBufferPointer<UInt8>, partition: Int) -> Bool {
+        asids.holds(ByteBounds.Probe(asid), rank: partition)
+    }
+
     /// The partition of an ASID.
     func partition(asid: String) -> Int {
         var asid = asid
@@ -223,6 +229,12 @@ struct ByteBounds: Sendable {
         if x != y { return x < y ? -1 : 1 }
         if xLength <= 16, yLength <= 16 { return xLength < yLength ? -1 : xLength == yLength ? 0 : 1 }
         return bytes()
+    }
+
+    /// Whether `rank(of: probe)` is `rank`: the bound before it is at or below the probe and
+    /// the bound at it above.
+    func holds(_ probe: Probe, rank: Int) -> Bool {
+        (rank == 0 || compare(rank - 1, probe) <= 0) && (rank == entries.count || compare(rank, probe) > 0)
     }
 
     /// How many of the bounds in `range` (all by default) are at or below `probe`, plus the

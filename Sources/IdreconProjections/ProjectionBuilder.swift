@@ -462,7 +462,7 @@ package struct ProjectionBuilder {
                     guard let friends else { return }
                     facts.mentions.lower(list: friends.assumingMemoryBound(to: UInt8.self), at: at,
                                          eventID: eventID.assumingMemoryBound(to: UInt8.self),
-                                         accepts: { [ranges] in ranges.partition(asid: $0) == partition })
+                                         accepts: { [ranges] in ranges.holds(asid: $0, partition: partition) })
                 }
             }
             logins[partition] = nil

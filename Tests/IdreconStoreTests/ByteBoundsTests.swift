@@ -29,6 +29,9 @@ import Testing
                     let expected = bounds.filter { Self.order($0, text) <= 0 }.count
                     let probe = ByteBounds.Probe(bytes)
                     #expect(table.rank(of: probe) == expected, "\(count) bounds, rank of \(text)")
+                    for rank in 0...bounds.count {
+                        #expect(table.holds(probe, rank: rank) == (rank == expected), "\(count) bounds: \(text) in \(rank)")
+                    }
                 }
             }
         }
