@@ -6,17 +6,42 @@ package protocol RowSink {
     mutating func add(_ value: Int64?)
     mutating func add(_ value: String)
     mutating func add(_ value: String?)
-    /// `prefix` followed by `text`, as one text.
-    mutating func add(_ prefix: StaticString, _ text: String)
-    /// `texts` joined by `separator`, as one text.
-    mutating func add(joining texts: [String], separator: UInt8)
     /// A text given as its UTF-8 bytes.
     mutating func add(utf8 text: UnsafeBufferPointer<UInt8>)
+    /// A text of `count` bytes, every one of them written by `write`.
+    mutating func addText(count: Int, _ write: (UnsafeMutableRawBufferPointer) -> Void)
 }
 
 extension RowSink {
     package mutating func add(_ value: Int) { add(Int64(value)) }
     package mutating func add(_ value: Bool) { add(Int64(value ? 1 : 0)) }
+
+    /// `prefix` followed by `text`, as one text.
+    package mutating func add(_ prefix: StaticString, _ text: String) {
+        let head = UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount)
+        addText(count: head.count + text.utf8.count) { out in
+            out.copyMemory(from: head)
+            UnsafeMutableRawBufferPointer(rebasing: out[head.count...]).copyBytes(from: text.utf8)
+        }
+    }
+
+    /// `texts` joined by `separator`, as one text.
+    package mutating func add(joining texts: [String], separator: UInt8) {
+        var count = max(0, texts.count - 1)
+        for i in texts.indices { count += texts[i].utf8.count }
+        addText(count: count) { out in
+            var offset = 0
+            for i in texts.indices {
+                if i > 0 {
+                    out[offset] = separator
+                    offset += 1
+                }
+                let utf8 = texts[i].utf8
+                UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + utf8.count)]).copyBytes(from: utf8)
+                offset += utf8.count
+            }
+        }
+    }
 }
 
 extension BulkStatement.Binder: RowSink {
@@ -66,20 +91,11 @@ package struct PackedRows: RowSink {
         values.append(Value(number: Int64(start), length: text.count))
     }
 
-    package mutating func add(_ prefix: StaticString, _ text: String) {
+    package mutating func addText(count: Int, _ write: (UnsafeMutableRawBufferPointer) -> Void) {
         let start = bytes.count
-        bytes.append(contentsOf: UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
-        bytes += text.utf8
-        values.append(Value(number: Int64(start), length: bytes.count - start))
-    }
-
-    package mutating func add(joining texts: [String], separator: UInt8) {
-        let start = bytes.count
-        for i in texts.indices {
-            if i > 0 { bytes.append(separator) }
-            bytes += texts[i].utf8
-        }
-        values.append(Value(number: Int64(start), length: bytes.count - start))
+        bytes.append(contentsOf: repeatElement(0, count: count))
+        bytes.withUnsafeMutableBytes { write(UnsafeMutableRawBufferPointer(rebasing: $0[start...])) }
+        values.append(Value(number: Int64(start), length: count))
     }
 
     /// Calls `body` with the rows' count and a function that binds row `i`'s values, valid

@@ -145,18 +145,25 @@ package struct BulkStatement {
             bindText(text.baseAddress, text.count, nil)
         }
 
-        /// Text bound as a copy, from bytes that need not outlive the call: into the run's
-        /// buffer (`runBorrowing(texts:_:)`) while it has room, otherwise SQLite's
-        /// (`SQLITE_TRANSIENT`).
+        /// Text bound as a copy, from bytes that need not outlive the call (`addText`).
         package mutating func add(copying text: UnsafeRawBufferPointer) {
-            guard let texts, let target = texts.baseAddress.map({ $0 + used }), text.count <= texts.count - used
-            else {
-                bindText(text.baseAddress, text.count, Self.transient)
-                return
+            addText(count: text.count) { $0.copyMemory(from: text) }
+        }
+
+        /// A text of `count` bytes that `write` fills, bound as a copy: written into the run's
+        /// buffer (`runBorrowing(texts:_:)`) while it has room and bound in place, otherwise
+        /// written to scratch memory and bound as SQLite's copy (`SQLITE_TRANSIENT`).
+        package mutating func addText(count: Int, _ write: (UnsafeMutableRawBufferPointer) -> Void) {
+            guard let texts, count <= texts.count - used else {
+                return withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { scratch in
+                    write(scratch)
+                    bindText(UnsafeRawPointer(scratch.baseAddress), count, Self.transient)
+                }
             }
-            if let base = text.baseAddress { target.copyMemory(from: base, byteCount: text.count) }
-            used += text.count
-            bindText(UnsafeRawPointer(target), text.count, nil)
+            let target = UnsafeMutableRawBufferPointer(rebasing: texts[used..<(used + count)])
+            write(target)
+            used += count
+            bindText(UnsafeRawPointer(target.baseAddress), count, nil)
         }
 
         private static let empty: StaticString = ""
@@ -196,36 +203,6 @@ package struct BulkStatement {
             value.withUTF8 { bytes in add(copying: UnsafeRawBufferPointer(bytes)) }
         }
 
-        /// `prefix` followed by `text`, bound as one text (a copy).
-        package mutating func add(_ prefix: StaticString, _ text: String) {
-            let length = prefix.utf8CodeUnitCount + text.utf8.count
-            withUnsafeTemporaryAllocation(byteCount: length, alignment: 1) { joined in
-                let prefix = UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount)
-                joined.copyMemory(from: prefix)
-                UnsafeMutableRawBufferPointer(rebasing: joined[prefix.count...]).copyBytes(from: text.utf8)
-                add(copying: UnsafeRawBufferPointer(joined))
-            }
-        }
-
-        /// `texts` joined by `separator`, bound as one text (a copy).
-        package mutating func add(joining texts: [String], separator: UInt8) {
-            var length = max(0, texts.count - 1)
-            for i in texts.indices { length += texts[i].utf8.count }
-            withUnsafeTemporaryAllocation(byteCount: length, alignment: 1) { joined in
-                var offset = 0
-                for i in texts.indices {
-                    if i > 0 {
-                        joined[offset] = separator
-                        offset += 1
-                    }
-                    let utf8 = texts[i].utf8
-                    let target = UnsafeMutableRawBufferPointer(rebasing: joined[offset..<(offset + utf8.count)])
-                    target.copyBytes(from: utf8)
-                    offset += utf8.count
-                }
-                add(copying: UnsafeRawBufferPointer(joined))
-            }
-        }
     }
 
     /// Column values of the current result row, by position.

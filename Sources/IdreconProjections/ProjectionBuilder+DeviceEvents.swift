@@ -128,17 +128,18 @@ extension ProjectionBuilder {
 
             func groupPrecedes(_ a: Int, _ b: Int) -> Bool { deviceOrder(entries[a], base, entries[b], base) == true }
 
-            func precedesInGroup(_ a: Int, _ b: Int) -> Bool {
-                let x = entries[a], y = entries[b]
-                if x.at != y.at { return x.at < y.at }
-                return String.bytesPrecede(eventID(x, base), eventID(y, base))
-            }
+            func precedesInGroup(_ a: Int, _ b: Int) -> Bool { eventPrecedes(entries[a], base, entries[b], base) }
         }
 
         static func precedes(_ a: Entry, _ x: UnsafeBufferPointer<UInt8>, _ b: Entry, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
-            if let order = deviceOrder(a, x, b, y) { return order }
-            if a.at != b.at { return a.at < b.at }
-            return String.bytesPrecede(eventID(a, x), eventID(b, y))
+            deviceOrder(a, x, b, y) ?? eventPrecedes(a, x, b, y)
+        }
+
+        /// Whether `a`'s event key (time, then event ID by bytes) precedes `b`'s.
+        private static func eventPrecedes(
+            _ a: Entry, _ x: UnsafeBufferPointer<UInt8>, _ b: Entry, _ y: UnsafeBufferPointer<UInt8>
+        ) -> Bool {
+            a.at != b.at ? a.at < b.at : String.bytesPrecede(eventID(a, x), eventID(b, y))
         }
 
         /// Whether two entries are events of the same device.
