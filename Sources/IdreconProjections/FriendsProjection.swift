@@ -357,7 +357,7 @@ enum FriendsProjection: Projection {
         func write(_ asid: String, _ s: FriendSnapshot, stored: Bool) throws {
             guard stored else { return try insertSnapshot.insert { Self.snapshot(asid, s, &$0) } }
             try updateSnapshot.run {
-                $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); $0.add(s.friends.joined(separator: ","))
+                $0.add(s.listedAt?.at); $0.add(s.listedAt?.eventID); StoredFriendList.add(s.friends, to: &$0)
                 $0.add(s.declinedAt?.at); $0.add(s.declinedAt?.eventID); $0.add(asid)
             }
         }
@@ -365,7 +365,7 @@ enum FriendsProjection: Projection {
         /// An ASID's snapshot: `insertSnapshot`'s columns.
         static func snapshot<S: RowSink>(_ asid: String, _ s: FriendSnapshot, _ sink: inout S) {
             sink.add(asid); sink.add(s.listedAt?.at); sink.add(s.listedAt?.eventID)
-            sink.add(joining: s.friends, separator: UInt8(ascii: ","))
+            StoredFriendList.add(s.friends, to: &sink)
             sink.add(s.declinedAt?.at); sink.add(s.declinedAt?.eventID)
         }
 

@@ -116,9 +116,20 @@ enum GroupedOrder {
         }
     }
 
+    /// A hash of a text from its first bytes as packed entries hold them (`DeviceEvents.prefix`:
+    /// `prefix`, and `next` for 16) and its length, and from all its bytes when it is longer than
+    /// those `covered` (texts that share their first bytes do not all collide).
+    static func hash(
+        prefix: UInt64, next: UInt64 = 0, length: UInt32, covered: UInt32 = 16, bytes: UnsafeRawPointer?
+    ) -> UInt64 {
+        let hash = prefix ^ next &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(length)
+        guard length > covered, let bytes else { return hash }
+        return hash ^ Self.hash(bytes, Int(length))
+    }
+
     /// A hash of `length` bytes at `start`, eight at a time (texts longer than the entries'
     /// prefixes: UUIDs).
-    static func hash(_ start: UnsafeRawPointer, _ length: Int) -> UInt64 {
+    private static func hash(_ start: UnsafeRawPointer, _ length: Int) -> UInt64 {
         var hash = UInt64(truncatingIfNeeded: length) &* 0x9E37_79B9_7F4A_7C15
         var offset = 0
         while offset + 8 <= length {

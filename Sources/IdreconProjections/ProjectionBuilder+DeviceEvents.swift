@@ -111,17 +111,10 @@ extension ProjectionBuilder {
             var count: Int { entries.count }
 
             func hash(_ item: Int) -> UInt64 {
-                let e = entries[item]
-                var hash = e.appPrefix ^ e.devicePrefix &* 0x9E37_79B9_7F4A_7C15 ^ e.deviceNext &* 0xC2B2_AE3D_27D4_EB4F
-                hash ^= UInt64(e.appLength) << 32 | UInt64(e.deviceLength)
-                if e.appLength > 8 {
-                    hash ^= GroupedOrder.hash(base.baseAddress! + e.offset, Int(e.appLength))
-                }
-                if e.deviceLength > 16 {
-                    let device = base.baseAddress! + e.offset + Int(e.appLength)
-                    hash ^= GroupedOrder.hash(device, Int(e.deviceLength)) &* 0x1656_67B1_9E37_79F9
-                }
-                return hash
+                let e = entries[item], app = UnsafeRawPointer(base.baseAddress! + e.offset)
+                return GroupedOrder.hash(prefix: e.appPrefix, length: e.appLength, covered: 8, bytes: app)
+                    ^ GroupedOrder.hash(prefix: e.devicePrefix, next: e.deviceNext, length: e.deviceLength,
+                                        bytes: app + Int(e.appLength)) &* 0x1656_67B1_9E37_79F9
             }
 
             func sameGroup(_ a: Int, _ b: Int) -> Bool { deviceOrder(entries[a], base, entries[b], base) == nil }

@@ -150,9 +150,8 @@ extension ProjectionBuilder {
 
             func hash(_ item: Int) -> UInt64 {
                 let e = entries[item]
-                var hash = e.asidPrefix ^ e.asidNext &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(e.asidLength)
-                if e.asidLength > 16 { hash ^= GroupedOrder.hash(base.baseAddress! + e.offset, Int(e.asidLength)) }
-                return hash
+                return GroupedOrder.hash(prefix: e.asidPrefix, next: e.asidNext, length: e.asidLength,
+                                         bytes: base.baseAddress! + e.offset)
             }
 
             func sameGroup(_ a: Int, _ b: Int) -> Bool { asidOrder(entries[a], entries[b], base) == nil }
@@ -244,12 +243,9 @@ extension ProjectionBuilder {
         private static func slot(
             _ prefix: UInt64, _ next: UInt64, _ length: UInt32, _ friend: UnsafeBufferPointer<UInt8>
         ) -> UInt64 {
-            var hash = prefix ^ next &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(length)
-            if length > 16 { hash ^= UInt64(bitPattern: StableHash.key(utf8: friend)) }
-            // MurmurHash3's finalizer: every bit of the ASID reaches the low bits, which pick the slot.
-            hash = (hash ^ hash >> 33) &* 0xFF51_AFD7_ED55_8CCD
-            hash = (hash ^ hash >> 33) &* 0xC4CE_B9FE_1A85_EC53
-            return hash ^ hash >> 33
+            // Mixed: every bit of the ASID reaches the low bits, which pick the slot.
+            GroupedOrder.mix(GroupedOrder.hash(prefix: prefix, next: next, length: length,
+                                               bytes: UnsafeRawPointer(friend.baseAddress)))
         }
 
         /// Every friend named in `list` (`StoredFriendList`) that `accepts` takes, at this login.

@@ -123,6 +123,11 @@ package enum StoredFriendList {
         }
     }
 
+    /// Adds `friends` to a row as one stored list.
+    static func add<S: RowSink>(_ friends: [String], to sink: inout S) {
+        sink.add(joining: friends, separator: LoggedEvent.friendSeparator)
+    }
+
     /// Calls `body` with the bytes of each ASID of a stored list, in order.
     package static func forEach(
         in stored: UnsafeBufferPointer<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) throws -> Void
