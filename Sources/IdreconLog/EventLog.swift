@@ -8,13 +8,31 @@ extension IdreconError {
         if let db = error as? DatabaseError {
             switch db.resultCode {
             case .SQLITE_NOTADB, .SQLITE_CORRUPT: return "the file is not an idrecon SQLite database or is corrupt"
-            case .SQLITE_READONLY: return "the database is read-only; check its permissions"
+            case .SQLITE_READONLY: return readOnly(db.extendedResultCode)
             case .SQLITE_CANTOPEN: return "the file cannot be opened; check the path and permissions"
             case .SQLITE_FULL: return "the disk is full"
             default: return db.message ?? "\(db.resultCode)"
             }
         }
         return "\(error)"
+    }
+
+    /// Why SQLite could not write, by its extended code: each kind has its own remedy.
+    private static func readOnly(_ code: ResultCode) -> String {
+        switch code {
+        case .SQLITE_READONLY_DIRECTORY:
+            "the database is read-only here: its directory is not writable (SQLite creates its -wal and -shm files "
+                + "there); check the directory's permissions"
+        case .SQLITE_READONLY_DBMOVED:
+            "the database is read-only: its file was moved or deleted while it was open; open it again"
+        case .SQLITE_READONLY_RECOVERY, .SQLITE_READONLY_CANTINIT:
+            "the database is read-only: its -wal/-shm files need recovering and this process cannot write them; "
+                + "open it once as a user who can write the database's directory"
+        case .SQLITE_READONLY_ROLLBACK:
+            "the database is read-only: an interrupted write must be rolled back and this process cannot write it; "
+                + "open it once as a user who can write the database"
+        default: "the database is read-only; check its permissions (SQLite code \(code.rawValue))"
+        }
     }
 
     /// An error of no idrecon type, by what it is: the database's is `storage`; anything

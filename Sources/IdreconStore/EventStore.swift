@@ -64,18 +64,10 @@ public final class EventStore: Sendable {
         let openLock = readOnly ? nil : try LockFile(databasePath: path, name: "open-lock")
         do {
             if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
-            pool = try DatabasePool(path: path, configuration: config)
             if readOnly {
-                let pending = try pool.read { db in try !Schema.migrator.hasCompletedMigrations(db) }
-                if pending {
-                    // A database from an older idrecon: bring its schema up to date once.
-                    do {
-                        _ = try EventStore(path: path)
-                    } catch {
-                        throw IdreconError(.storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
-                    }
-                }
+                pool = try Self.openReadOnly(path, config)
             } else {
+                pool = try DatabasePool(path: path, configuration: config)
                 try Self.announceLongUpgrade(pool, path: path)
                 // A lock upgrade that SQLite refuses without waiting (SQLITE_BUSY) is retried.
                 var attempt = 0
@@ -168,15 +160,51 @@ public final class EventStore: Sendable {
         FileHandle.standardError.write(Data(line.utf8))
     }
 
+    /// A pool of read-only connections, the database brought up to date first by a writer
+    /// when it needs one: a database from an older idrecon (its schema), or one whose first
+    /// write was interrupted (`rolledBack`).
+    private static func openReadOnly(_ path: String, _ config: Configuration) throws -> DatabasePool {
+        let pool = try rolledBack(path) { try DatabasePool(path: path, configuration: config) }
+        guard try pool.read({ db in try !Schema.migrator.hasCompletedMigrations(db) }) else { return pool }
+        do {
+            _ = try EventStore(path: path)
+        } catch {
+            throw IdreconError(.storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
+        }
+        return pool
+    }
+
+    /// `open()` again after a writer opened the database, when `open()` met a hot journal. A
+    /// process killed in a database's first write, before the database is in WAL mode, leaves
+    /// a rollback journal that only a connection that can write rolls back (SQLite's
+    /// `SQLITE_READONLY_ROLLBACK` for the others): without this, no read-only open, nor the
+    /// writer's read-only look at the file (`refuseForeignDatabase`), ever opened it again.
+    private static func rolledBack<T>(_ path: String, _ open: () throws -> T) throws -> T {
+        do {
+            return try open()
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_READONLY_ROLLBACK {
+            // A plain read-write connection rolls the journal back on its first read; it changes
+            // nothing else (no WAL, no migrations), so a foreign database is still refused after.
+            var config = Configuration()
+            config.busyMode = .timeout(30)
+            _ = try DatabaseQueue(path: path, configuration: config).read { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master")
+            }
+            return try open()
+        }
+    }
+
     /// Refuses a non-empty SQLite database that idrecon did not create, before anything
     /// (the switch to WAL, the migrations) changes it.
     private static func refuseForeignDatabase(_ path: String) throws {
         var config = Configuration()
         config.readonly = true
         config.busyMode = .timeout(30)
-        let foreign = try DatabaseQueue(path: path, configuration: config).read { db in
-            let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
-            return try tables > 0 && !db.tableExists("grdb_migrations")
+        let foreign = try rolledBack(path) {
+            try DatabaseQueue(path: path, configuration: config).read { db in
+                let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
+                return try tables > 0 && !db.tableExists("grdb_migrations")
+            }
         }
         if foreign {
             throw IdreconError(.input, "\(path) is an SQLite database that idrecon did not create; pass a new file or an idrecon database with --db")
