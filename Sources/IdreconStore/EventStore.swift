@@ -169,7 +169,8 @@ public final class EventStore: Sendable {
         do {
             _ = try EventStore(path: path)
         } catch {
-            throw IdreconError(.storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
+            throw IdreconError(
+                .storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
         }
         return pool
     }
