@@ -67,11 +67,14 @@ def replay_rates(db_path, name):
     return rates[0], rates[1], rss
 
 
-def timed(name, cmd, **kw):
-    """Runs cmd after `quiesce`; returns (wall seconds, peak RSS MB, stdout, stderr)."""
+def timed(name, cmd, started=None, **kw):
+    """Runs cmd after `quiesce`; returns (wall seconds, peak RSS MB, stdout, stderr). `started` is
+    called with the process's pid."""
     quiesce()
     start = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if started:
+        started(p.pid)
     errors = []
     reader = threading.Thread(target=lambda: errors.append(p.stderr.read()))  # both pipes drain: no deadlock
     reader.start()
@@ -103,14 +106,51 @@ class Progress:
     of each successive million records: whether the cost per event stays flat as the log grows."""
 
     def __init__(self, path):
-        self.path, self.samples, self.stop = path, [], threading.Event()
+        self.path, self.samples, self.stop, self.pid = path, [], threading.Event(), None
+        self.cpu = []  # (records committed, CPU seconds of the ingest so far)
         self.thread = threading.Thread(target=self.run)
         self.start = time.monotonic()
         self.thread.start()
 
+    def attach(self, pid):
+        self.pid = pid
+
+    def process_cpu(self):
+        """The ingest's user + system CPU seconds so far (all its threads); None once it has gone."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError, TypeError):
+            return None
+
     def run(self):
         while not self.stop.wait(0.25):
-            self.samples.append((time.monotonic(), committed_records(self.path, "file")))
+            cpu = self.process_cpu() if self.pid else None
+            done = committed_records(self.path, "file")
+            self.samples.append((time.monotonic(), done))
+            if cpu is not None:
+                self.cpu.append((done, cpu))
+
+    def cpu_per_record(self, total, step=1_000_000):
+        """The ingest's CPU microseconds per record of each step of `total` records (the kernel's
+        work for it included): whether the cost per event stays flat when the wall rate, on a busy or
+        noisy machine, does not say. Between the first samples at or past each step's end; a short
+        tail joins the last step, as in `rates`."""
+        final = max((done for done, _ in self.cpu), default=0)
+        goals = list(range(step, final + 1, step))
+        if goals and 0 < final - goals[-1] < step // 2:
+            goals[-1] = final
+        elif final > (goals[-1] if goals else 0):
+            goals.append(final)
+        out, previous = [], (0, 0.0)
+        for goal in goals:
+            sample = next(((done, cpu) for done, cpu in self.cpu if done >= goal), None)
+            if sample is None or sample[0] <= previous[0]:
+                break
+            out.append(1e6 * (sample[1] - previous[1]) / (sample[0] - previous[0]))
+            previous = sample
+        return out
 
     def rates(self, total, step=1_000_000):
         """Records per second of each step of `total` records, appending; and the seconds from the
@@ -288,9 +328,11 @@ def main():
     print("idrecon ingest (projections on) ...", file=sys.stderr)
     quiesce()  # before the progress clock starts, so that the first million does not hold the writeback
     progress = Progress(db("ingest"))
-    wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"])
+    wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"],
+                            started=progress.attach)
     r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
     r["ingest_eps_per_million"] = progress.rates(lines)
+    r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record(lines)
     r["ingest_finish_seconds"] = progress.finish_seconds
     r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
 
@@ -449,6 +491,10 @@ def main():
     if len(rates) > 1:
         rows.append(("ingest, each million records appended", " ".join(f"{x / 1000:.1f}k" for x in rates), ""))
         rows.append(("ingest: last million / first", f"{rates[-1] / rates[0]:.2f}x", ""))
+    cpu = r.get("ingest_cpu_us_per_record_per_million", [])
+    if len(cpu) > 1:
+        rows.append(("ingest CPU per record, each million (µs)", " ".join(f"{x:.1f}" for x in cpu), ""))
+        rows.append(("ingest CPU per record: last million / first", f"{cpu[-1] / cpu[0]:.2f}x", ""))
     rows.append(("ingest: last commit to exit (projections)", f"{r['ingest_finish_seconds']:.1f} s", ""))
     if n > small:
         rows += [
