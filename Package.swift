@@ -66,8 +66,9 @@ let package = Package(
             name: "IdreconIngest",
             dependencies: ["IdreconDomain", "IdreconStore", .product(name: "_CryptoExtras", package: "swift-crypto")]
         ),
-        // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only.
-        .systemLibrary(name: "CRdKafka", path: "Sources/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only: its headers at
+        // build time, the library loaded when first used (librdkafka-dev, from `make deps`).
+        .target(name: "CRdKafka", linkerSettings: [.linkedLibrary("dl")]),
         // glibc's `mallopt` (the process's allocator settings, `MemoryPolicy`).
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // Compiler hints Swift does not expose: prefetches for the bulk folds' scattered reads and

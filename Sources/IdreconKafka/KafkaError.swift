@@ -31,8 +31,10 @@ public struct KafkaError: Error, CustomStringConvertible, Sendable {
 }
 
 /// Builds an `rd_kafka_conf_t` from key/value pairs; unknown keys and bad values are
-/// configuration errors naming the key. Its log lines go through `KafkaLog`.
+/// configuration errors naming the key. Its log lines go through `KafkaLog`. Every client starts
+/// here: librdkafka is loaded here first (`CRdKafka`), and a machine without it is told so.
 func makeConfiguration(_ settings: [(String, String)]) throws(KafkaError) -> OpaquePointer {
+    if let failure = idrecon_rdkafka_load_error() { throw .configuration(String(cString: failure)) }
     let conf = rd_kafka_conf_new()!
     rd_kafka_conf_set_log_cb(conf, KafkaLog.callback)
     var errstr = [CChar](repeating: 0, count: 512)
