@@ -35,6 +35,27 @@ import Testing
         #expect(configurations >= 20)
     }
 
+    /// A query never loads librdkafka (`CRdKafka` loads it when the Kafka layer first needs it):
+    /// linked, it and the libraries it brings took 2–3 ms of every process's start. The loader's
+    /// own trace of a query names no such library; the Kafka suites show it loading on demand.
+    @Test func queriesDoNotLoadLibrdkafka() throws {
+        let (s, db) = try db()
+        _ = s
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
+        process.arguments = ["user", "300", "--db", db, "--format", "json"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["LD_DEBUG": "files"]) { $1 }
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let trace = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(trace.contains("libsqlite3"), "the loader traced nothing: \(trace.prefix(300))")
+        #expect(!trace.contains("librdkafka"))
+    }
+
     @Test func queriesAnswerAndSayNotFoundWithExitOne() throws {
         let (s, db) = try db()
         _ = s
