@@ -13,54 +13,60 @@
 
 #pragma GCC visibility push(hidden)
 
+// The API the Kafka layer calls, once: the table of its addresses and their lookups are made from it.
+#define RDKAFKA_FUNCTIONS(X) \
+    X(rd_kafka_assign) \
+    X(rd_kafka_clusterid) \
+    X(rd_kafka_commit) \
+    X(rd_kafka_conf_destroy) \
+    X(rd_kafka_conf_new) \
+    X(rd_kafka_conf_set) \
+    X(rd_kafka_conf_set_dr_msg_cb) \
+    X(rd_kafka_conf_set_error_cb) \
+    X(rd_kafka_conf_set_log_cb) \
+    X(rd_kafka_conf_set_opaque) \
+    X(rd_kafka_conf_set_rebalance_cb) \
+    X(rd_kafka_consume) \
+    X(rd_kafka_consume_start) \
+    X(rd_kafka_consume_stop) \
+    X(rd_kafka_consumer_close) \
+    X(rd_kafka_consumer_poll) \
+    X(rd_kafka_destroy) \
+    X(rd_kafka_err2name) \
+    X(rd_kafka_err2str) \
+    X(rd_kafka_flush) \
+    X(rd_kafka_get_watermark_offsets) \
+    X(rd_kafka_last_error) \
+    X(rd_kafka_mem_free) \
+    X(rd_kafka_message_destroy) \
+    X(rd_kafka_metadata) \
+    X(rd_kafka_metadata_destroy) \
+    X(rd_kafka_mock_broker_set_down) \
+    X(rd_kafka_mock_broker_set_up) \
+    X(rd_kafka_mock_cluster_bootstraps) \
+    X(rd_kafka_mock_cluster_destroy) \
+    X(rd_kafka_mock_cluster_new) \
+    X(rd_kafka_mock_partition_set_leader) \
+    X(rd_kafka_mock_push_request_errors_array) \
+    X(rd_kafka_mock_topic_create) \
+    X(rd_kafka_new) \
+    X(rd_kafka_poll) \
+    X(rd_kafka_poll_set_consumer) \
+    X(rd_kafka_produce) \
+    X(rd_kafka_query_watermark_offsets) \
+    X(rd_kafka_subscribe) \
+    X(rd_kafka_topic_destroy) \
+    X(rd_kafka_topic_name) \
+    X(rd_kafka_topic_new) \
+    X(rd_kafka_topic_partition_list_add) \
+    X(rd_kafka_topic_partition_list_destroy) \
+    X(rd_kafka_topic_partition_list_new)
+
+#define FIELD(name) __typeof__(name) *name;
 static struct {
-    __typeof__(rd_kafka_assign) *rd_kafka_assign;
-    __typeof__(rd_kafka_clusterid) *rd_kafka_clusterid;
-    __typeof__(rd_kafka_commit) *rd_kafka_commit;
-    __typeof__(rd_kafka_conf_destroy) *rd_kafka_conf_destroy;
-    __typeof__(rd_kafka_conf_new) *rd_kafka_conf_new;
-    __typeof__(rd_kafka_conf_set) *rd_kafka_conf_set;
-    __typeof__(rd_kafka_conf_set_dr_msg_cb) *rd_kafka_conf_set_dr_msg_cb;
-    __typeof__(rd_kafka_conf_set_error_cb) *rd_kafka_conf_set_error_cb;
-    __typeof__(rd_kafka_conf_set_log_cb) *rd_kafka_conf_set_log_cb;
-    __typeof__(rd_kafka_conf_set_opaque) *rd_kafka_conf_set_opaque;
-    __typeof__(rd_kafka_conf_set_rebalance_cb) *rd_kafka_conf_set_rebalance_cb;
-    __typeof__(rd_kafka_consume) *rd_kafka_consume;
-    __typeof__(rd_kafka_consume_start) *rd_kafka_consume_start;
-    __typeof__(rd_kafka_consume_stop) *rd_kafka_consume_stop;
-    __typeof__(rd_kafka_consumer_close) *rd_kafka_consumer_close;
-    __typeof__(rd_kafka_consumer_poll) *rd_kafka_consumer_poll;
-    __typeof__(rd_kafka_destroy) *rd_kafka_destroy;
-    __typeof__(rd_kafka_err2name) *rd_kafka_err2name;
-    __typeof__(rd_kafka_err2str) *rd_kafka_err2str;
-    __typeof__(rd_kafka_flush) *rd_kafka_flush;
-    __typeof__(rd_kafka_get_watermark_offsets) *rd_kafka_get_watermark_offsets;
-    __typeof__(rd_kafka_last_error) *rd_kafka_last_error;
-    __typeof__(rd_kafka_mem_free) *rd_kafka_mem_free;
-    __typeof__(rd_kafka_message_destroy) *rd_kafka_message_destroy;
-    __typeof__(rd_kafka_metadata) *rd_kafka_metadata;
-    __typeof__(rd_kafka_metadata_destroy) *rd_kafka_metadata_destroy;
-    __typeof__(rd_kafka_mock_broker_set_down) *rd_kafka_mock_broker_set_down;
-    __typeof__(rd_kafka_mock_broker_set_up) *rd_kafka_mock_broker_set_up;
-    __typeof__(rd_kafka_mock_cluster_bootstraps) *rd_kafka_mock_cluster_bootstraps;
-    __typeof__(rd_kafka_mock_cluster_destroy) *rd_kafka_mock_cluster_destroy;
-    __typeof__(rd_kafka_mock_cluster_new) *rd_kafka_mock_cluster_new;
-    __typeof__(rd_kafka_mock_partition_set_leader) *rd_kafka_mock_partition_set_leader;
-    __typeof__(rd_kafka_mock_push_request_errors_array) *rd_kafka_mock_push_request_errors_array;
-    __typeof__(rd_kafka_mock_topic_create) *rd_kafka_mock_topic_create;
-    __typeof__(rd_kafka_new) *rd_kafka_new;
-    __typeof__(rd_kafka_poll) *rd_kafka_poll;
-    __typeof__(rd_kafka_poll_set_consumer) *rd_kafka_poll_set_consumer;
-    __typeof__(rd_kafka_produce) *rd_kafka_produce;
-    __typeof__(rd_kafka_query_watermark_offsets) *rd_kafka_query_watermark_offsets;
-    __typeof__(rd_kafka_subscribe) *rd_kafka_subscribe;
-    __typeof__(rd_kafka_topic_destroy) *rd_kafka_topic_destroy;
-    __typeof__(rd_kafka_topic_name) *rd_kafka_topic_name;
-    __typeof__(rd_kafka_topic_new) *rd_kafka_topic_new;
-    __typeof__(rd_kafka_topic_partition_list_add) *rd_kafka_topic_partition_list_add;
-    __typeof__(rd_kafka_topic_partition_list_destroy) *rd_kafka_topic_partition_list_destroy;
-    __typeof__(rd_kafka_topic_partition_list_new) *rd_kafka_topic_partition_list_new;
+    RDKAFKA_FUNCTIONS(FIELD)
 } table;
+#undef FIELD
 static const char *failure;
 static char failureText[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -79,52 +85,7 @@ static void load(void) {
         failure = failureText; \
         return; \
     }
-    RESOLVE(rd_kafka_assign);
-    RESOLVE(rd_kafka_clusterid);
-    RESOLVE(rd_kafka_commit);
-    RESOLVE(rd_kafka_conf_destroy);
-    RESOLVE(rd_kafka_conf_new);
-    RESOLVE(rd_kafka_conf_set);
-    RESOLVE(rd_kafka_conf_set_dr_msg_cb);
-    RESOLVE(rd_kafka_conf_set_error_cb);
-    RESOLVE(rd_kafka_conf_set_log_cb);
-    RESOLVE(rd_kafka_conf_set_opaque);
-    RESOLVE(rd_kafka_conf_set_rebalance_cb);
-    RESOLVE(rd_kafka_consume);
-    RESOLVE(rd_kafka_consume_start);
-    RESOLVE(rd_kafka_consume_stop);
-    RESOLVE(rd_kafka_consumer_close);
-    RESOLVE(rd_kafka_consumer_poll);
-    RESOLVE(rd_kafka_destroy);
-    RESOLVE(rd_kafka_err2name);
-    RESOLVE(rd_kafka_err2str);
-    RESOLVE(rd_kafka_flush);
-    RESOLVE(rd_kafka_get_watermark_offsets);
-    RESOLVE(rd_kafka_last_error);
-    RESOLVE(rd_kafka_mem_free);
-    RESOLVE(rd_kafka_message_destroy);
-    RESOLVE(rd_kafka_metadata);
-    RESOLVE(rd_kafka_metadata_destroy);
-    RESOLVE(rd_kafka_mock_broker_set_down);
-    RESOLVE(rd_kafka_mock_broker_set_up);
-    RESOLVE(rd_kafka_mock_cluster_bootstraps);
-    RESOLVE(rd_kafka_mock_cluster_destroy);
-    RESOLVE(rd_kafka_mock_cluster_new);
-    RESOLVE(rd_kafka_mock_partition_set_leader);
-    RESOLVE(rd_kafka_mock_push_request_errors_array);
-    RESOLVE(rd_kafka_mock_topic_create);
-    RESOLVE(rd_kafka_new);
-    RESOLVE(rd_kafka_poll);
-    RESOLVE(rd_kafka_poll_set_consumer);
-    RESOLVE(rd_kafka_produce);
-    RESOLVE(rd_kafka_query_watermark_offsets);
-    RESOLVE(rd_kafka_subscribe);
-    RESOLVE(rd_kafka_topic_destroy);
-    RESOLVE(rd_kafka_topic_name);
-    RESOLVE(rd_kafka_topic_new);
-    RESOLVE(rd_kafka_topic_partition_list_add);
-    RESOLVE(rd_kafka_topic_partition_list_destroy);
-    RESOLVE(rd_kafka_topic_partition_list_new);
+    RDKAFKA_FUNCTIONS(RESOLVE)
 #undef RESOLVE
 }
 
