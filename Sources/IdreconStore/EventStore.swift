@@ -186,23 +186,27 @@ public final class EventStore: Sendable {
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_READONLY_ROLLBACK {
             // A plain read-write connection rolls the journal back on its first read; it changes
             // nothing else (no WAL, no migrations), so a foreign database is still refused after.
-            var config = Configuration()
-            config.busyMode = .timeout(30)
-            _ = try DatabaseQueue(path: path, configuration: config).read { db in
+            _ = try DatabaseQueue(path: path, configuration: plain(readOnly: false)).read { db in
                 try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master")
             }
             return try open()
         }
     }
 
+    /// A connection's settings that change nothing in the file (no page size, no WAL), for a
+    /// look at a database before it is known to be idrecon's, or a rollback of its journal.
+    private static func plain(readOnly: Bool) -> Configuration {
+        var config = Configuration()
+        config.readonly = readOnly
+        config.busyMode = .timeout(30)
+        return config
+    }
+
     /// Refuses a non-empty SQLite database that idrecon did not create, before anything
     /// (the switch to WAL, the migrations) changes it.
     private static func refuseForeignDatabase(_ path: String) throws {
-        var config = Configuration()
-        config.readonly = true
-        config.busyMode = .timeout(30)
         let foreign = try rolledBack(path) {
-            try DatabaseQueue(path: path, configuration: config).read { db in
+            try DatabaseQueue(path: path, configuration: plain(readOnly: true)).read { db in
                 let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
                 return try tables > 0 && !db.tableExists("grdb_migrations")
             }
