@@ -132,20 +132,14 @@ class Progress:
             if cpu is not None:
                 self.cpu.append((done, cpu))
 
-    def cpu_per_record(self, total, step=1_000_000):
-        """The ingest's CPU microseconds per record of each step of `total` records (the kernel's
-        work for it included): whether the cost per event stays flat when the wall rate, on a busy or
-        noisy machine, does not say. Between the first samples at or past each step's end; a short
-        tail joins the last step, as in `rates`."""
+    def cpu_per_record(self):
+        """The ingest's CPU microseconds per record of each step `rates` took (the kernel's work for it
+        included): whether the cost per event stays flat when the wall rate, on a busy or noisy
+        machine, does not say. Between the first samples at or past each step's end."""
         final = max((done for done, _ in self.cpu), default=0)
-        goals = list(range(step, final + 1, step))
-        if goals and 0 < final - goals[-1] < step // 2:
-            goals[-1] = final
-        elif final > (goals[-1] if goals else 0):
-            goals.append(final)
         out, previous = [], (0, 0.0)
-        for goal in goals:
-            sample = next(((done, cpu) for done, cpu in self.cpu if done >= goal), None)
+        for goal in self.ends:
+            sample = next(((done, cpu) for done, cpu in self.cpu if done >= min(goal, final)), None)
             if sample is None or sample[0] <= previous[0]:
                 break
             out.append(1e6 * (sample[1] - previous[1]) / (sample[0] - previous[0]))
@@ -176,8 +170,10 @@ class Progress:
             marks.pop()  # a short tail joins the last step (it holds the final catch-up)
             rest += step
         rates = [step / (b - a) for a, b in zip(marks, marks[1:])]
+        self.ends = [k * step for k in range(1, len(marks))]  # the records at each step's end
         if rest > 0:
             rates.append(rest / (end - marks[-1]))
+            self.ends.append(total)
         return rates
 
 
@@ -332,7 +328,7 @@ def main():
                             started=progress.attach)
     r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
     r["ingest_eps_per_million"] = progress.rates(lines)
-    r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record(lines)
+    r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record()  # the steps of `rates`, above
     r["ingest_finish_seconds"] = progress.finish_seconds
     r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
 
