@@ -30,7 +30,7 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     private var handedOn = 0
     /// The request taken here, answered when its end arrives.
     private var taken: (request: HTTPRequest, asid: String, at: Int64?)?
-    private var date: (second: Int, text: String) = (0, "")
+    private var date = HTTPDate()
 
     init(readers: EventLoopReaders, tokens: BearerTokens?) {
         self.readers = readers
@@ -65,7 +65,7 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
             }
             let bytes = HTTPServer.jsonBytes(ReadAPI.access(read, at: at).merged)
             let head = HTTPResponse(status: .ok, headerFields: [
-                .contentType: "application/json", .contentLength: String(bytes.readableBytes), .date: httpDate(),
+                .contentType: "application/json", .contentLength: String(bytes.readableBytes), .date: date.text(),
                 .server: "idrecon",
             ])
             context.write(wrapOutboundOut(.head(head)), promise: nil)
@@ -81,9 +81,17 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The ASID and time of a request this handler answers, or nil to hand it on.
     static func plainAccess(_ request: HTTPRequest, tokens: BearerTokens?) -> (String, Int64?)? {
-        guard request.method == .get, let path = request.path, path.utf8.starts(with: prefix),
-              request.headerFields[.connection] == nil, BearerTokens.allow(request.headerFields[.authorization], tokens)
-        else { return nil }
+        guard request.method == .get, let path = request.path, request.headerFields[.connection] == nil else {
+            return nil
+        }
+        return plainAccess(path: path, authorization: request.headerFields[.authorization], tokens: tokens)
+    }
+
+    /// The ASID and time of a GET of `path` answered without the router (`AccessFromBytes` too),
+    /// or nil to hand it on: a valid token or none configured, a well-formed ASID, no query or
+    /// one `at` that needs no decoding.
+    static func plainAccess(path: String, authorization: String?, tokens: BearerTokens?) -> (String, Int64?)? {
+        guard path.utf8.starts(with: prefix), BearerTokens.allow(authorization, tokens) else { return nil }
         let rest = path.utf8.dropFirst(prefix.count)
         let question = rest.firstIndex(of: UInt8(ascii: "?"))
         let asid = String(Substring(rest[..<(question ?? rest.endIndex)]))
@@ -99,17 +107,21 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private static let prefix = "/v1/access/".utf8
+}
 
-    /// The `Date` header (RFC 9110's IMF-fixdate), formatted once a second.
-    private func httpDate() -> String {
+/// The `Date` header (RFC 9110's IMF-fixdate), formatted once a second.
+struct HTTPDate {
+    private var second = 0, cached = ""
+
+    mutating func text() -> String {
         var now = time(nil)
-        guard Int(now) != date.second else { return date.text }
+        guard Int(now) != second else { return cached }
         var parts = tm()
         gmtime_r(&now, &parts)
         var buffer = [CChar](repeating: 0, count: 40)
         let count = strftime(&buffer, buffer.count, "%a, %d %b %Y %H:%M:%S GMT", &parts)
-        date = (Int(now), String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
-        return date.text
+        (second, cached) = (Int(now), String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        return cached
     }
 }
 

@@ -103,8 +103,12 @@ public final class ReadAPI: Sendable {
         }
         // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
         // cannot hold connections open for ever.
-        let (server, address) = try await HTTPServer.start(router: router, host: host, port: port, label: "idrecon.api",
-                                                           idleSeconds: 30) { [AccessOnEventLoop(readers: readers, tokens: tokens)] }
+        let (server, address) = try await HTTPServer.start(
+            router: router, host: host, port: port, label: "idrecon.api", idleSeconds: 30,
+            onEventLoop: { [AccessOnEventLoop(readers: readers, tokens: tokens)] },
+            bytesFirst: { idle, logger in
+                AccessFromBytes(readers: readers, tokens: tokens, idle: idle, logger: logger)
+            })
         return (ReadAPI(server: server), address)
     }
 

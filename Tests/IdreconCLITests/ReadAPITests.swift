@@ -189,8 +189,56 @@ import Testing
         #expect(wait(server, seconds: 30) == 0)
     }
 
+    /// The plain GET answered from the connection's bytes (`AccessFromBytes`) says what the
+    /// router says for it, whatever the header names' case; a head sent in pieces is answered once
+    /// whole; a request it does not take (here one without the token: the router's 401) goes with
+    /// every later byte to the HTTP decoder, and the answers stay in the order asked, to the
+    /// decoder's 400 for a folded header line, which closes the connection.
+    @Test func plainGETsFromTheBytesAnswerAsTheRouterDoes() throws {
+        let s = Scratch()
+        let db = s.path("db.sqlite"), tokens = s.path("tokens")
+        #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
+        FileManager.default.createFile(atPath: tokens, contents: Data("t0k\n".utf8))
+        let (server, base) = try Self.start(
+            ["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens], log: s.path("serve.txt"))
+        defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
+        let port = try #require(UInt16(base.split(separator: ":").last ?? ""))
+        let get = "GET /v1/access/300 HTTP/1.1\r\nHost: t\r\nauthorization:   Bearer t0k \r\n\r\n"
+        let requests = [
+            get,
+            "GET /v1/access/300?at=2026-11-01T07:00:00Z HTTP/1.1\r\nAUTHORIZATION: Bearer t0k\r\n\r\n",
+            "GET /v1/access/300 HTTP/1.1\r\nHost: t\r\n\r\n", // no token: the router's 401
+            "GET /v1/users/300 HTTP/1.1\r\nAuthorization: Bearer t0k\r\n\r\n",
+            get, // handed on: the router answers it
+            "GET /v1/access/300 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer t0k\r\n folded\r\n\r\n",
+        ]
+        // The first head in three pieces, the rest at once.
+        let whole = requests.joined()
+        let pieces = [String(whole.prefix(9)), String(whole.dropFirst(9).prefix(20)), String(whole.dropFirst(29))]
+        let answer = try Self.exchange(port: port, pieces: pieces)
+        let responses = answer.components(separatedBy: "HTTP/1.1 ").dropFirst().map { String($0) }
+        #expect(responses.count == requests.count, "\(answer)")
+        guard responses.count == requests.count else { return }
+        let statuses = responses.map { String($0.prefix(3)) }
+        #expect(statuses == ["200", "200", "401", "200", "200", "400"], "\(answer)")
+        func body(_ response: String) -> String {
+            String(response.split(separator: "\r\n\r\n", maxSplits: 1).last ?? "")
+        }
+        // From the bytes (first) and from the router (fifth, after the hand-over): the same answer.
+        #expect(body(responses[0]) == body(responses[4]))
+        #expect(body(responses[0]).contains(#""asid":"300""#))
+        #expect(body(responses[1]).contains(#""as_of":"2026-11-01T07:00:00"#))
+        #expect(body(responses[3]).contains(#""user_id":"u:"#))
+        kill(server.processIdentifier, SIGTERM)
+        #expect(wait(server, seconds: 30) == 0)
+    }
+
     /// Sends `text` on one TCP connection to 127.0.0.1:`port` and reads until the server closes it.
-    static func exchange(port: UInt16, _ text: String) throws -> String {
+    static func exchange(port: UInt16, _ text: String) throws -> String { try exchange(port: port, pieces: [text]) }
+
+    /// Sends `pieces` on one TCP connection to 127.0.0.1:`port`, 50 ms apart, and reads until the
+    /// server closes it.
+    static func exchange(port: UInt16, pieces: [String]) throws -> String {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
         defer { close(fd) }
@@ -204,8 +252,12 @@ import Testing
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
-        let bytes = Array(text.utf8)
-        guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == bytes.count else { throw POSIXError(.EIO) }
+        for (i, piece) in pieces.enumerated() {
+            if i > 0 { usleep(50_000) }
+            let bytes = Array(piece.utf8)
+            let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+            guard sent == bytes.count else { throw POSIXError(.EIO) }
+        }
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
