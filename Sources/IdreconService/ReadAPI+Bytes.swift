@@ -72,7 +72,10 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
                 break
             }
             let head = buffer.readSlice(length: length)!
-            guard length <= Self.maxHead, let (asid, at) = Self.plainAccess(head, tokens: tokens),
+            // A client that asks without reading the answers fills the outbound buffer: the rest of
+            // its connection goes where reads wait for writes (Hummingbird's async channel).
+            guard context.channel.isWritable, length <= Self.maxHead,
+                  let (asid, at) = Self.plainAccess(head, tokens: tokens),
                   let read = try? reader?.access([asid], asOf: at)
             else {
                 handOn(context)
