@@ -120,8 +120,7 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
     private func restartTimer(_ context: ChannelHandlerContext) {
         timer?.cancel()
         guard let idle else { return }
-        let nanoseconds = idle.components.seconds * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000
-        timer = context.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [weak self] in
+        timer = context.eventLoop.scheduleTask(in: TimeAmount(idle)) { [weak self] in
             guard let self, !self.handedOn else { return }
             context.close(promise: nil)
         }
