@@ -67,9 +67,13 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
         if pending == nil { pending = incoming } else { pending!.writeBuffer(&incoming) }
         var answered = false
         while var buffer = pending, buffer.readableBytes > 0 {
-            guard let length = Self.headLength(buffer) else {
-                if buffer.readableBytes > Self.maxHead { handOn(context) }
-                break
+            let length: Int
+            switch Self.head(buffer) {
+            case .complete(let count): length = count
+            case .incomplete where buffer.readableBytes <= Self.maxHead: return finish(context, answered: answered)
+            case .incomplete, .other:
+                handOn(context)
+                return finish(context, answered: answered)
             }
             let head = buffer.readSlice(length: length)!
             // A client that asks without reading the answers fills the outbound buffer: the rest of
@@ -79,7 +83,7 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
                   let read = try? reader?.access([asid], asOf: at)
             else {
                 handOn(context)
-                break
+                return finish(context, answered: answered)
             }
             pending = buffer.readableBytes > 0 ? buffer : nil
             var body = HTTPServer.jsonBytes(ReadAPI.access(read, at: at).merged)
@@ -91,10 +95,14 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
             context.write(wrapOutboundOut(response), promise: nil)
             answered = true
         }
-        if answered {
-            context.flush()
-            if !handedOn { restartTimer(context) }
-        }
+        finish(context, answered: answered)
+    }
+
+    /// Sends what was answered, and counts the idle time from it while the connection is this handler's.
+    private func finish(_ context: ChannelHandlerContext, answered: Bool) {
+        guard answered else { return }
+        context.flush()
+        if !handedOn { restartTimer(context) }
     }
 
     /// Hands the rest of the connection to the HTTP decoder: the idle timer's handler first, then
@@ -126,18 +134,28 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
-    /// The length of the request head at the start of `buffer`, through its empty line, or nil
-    /// while it is incomplete.
-    static func headLength(_ buffer: ByteBuffer) -> Int? {
-        buffer.readableBytesView.withContiguousStorageIfAvailable { bytes -> Int? in
-            guard bytes.count >= 4 else { return nil }
+    /// The request head at the start of a buffer: its length through the empty line, not complete
+    /// yet, or not one taken here (a CR or LF that is not part of a CRLF, which the decoder judges).
+    enum Head: Equatable {
+        case complete(Int), incomplete, other
+    }
+
+    static func head(_ buffer: ByteBuffer) -> Head {
+        buffer.readableBytesView.withContiguousStorageIfAvailable { bytes -> Head in
             var i = 0
-            while i + 3 < bytes.count {
-                if bytes[i] == 13, bytes[i + 1] == 10, bytes[i + 2] == 13, bytes[i + 3] == 10 { return i + 4 }
-                i += 1
+            while i < bytes.count {
+                if bytes[i] == 10 { return .other } // a LF without its CR
+                if bytes[i] == 13 {
+                    guard i + 1 < bytes.count else { return .incomplete }
+                    guard bytes[i + 1] == 10 else { return .other }
+                    if i + 3 < bytes.count, bytes[i + 2] == 13, bytes[i + 3] == 10 { return .complete(i + 4) }
+                    i += 2
+                } else {
+                    i += 1
+                }
             }
-            return nil
-        } ?? nil
+            return .incomplete
+        } ?? .other
     }
 
     /// The ASID and time of a complete request head answered here, or nil to hand it on.

@@ -229,6 +229,9 @@ import Testing
         #expect(body(responses[0]).contains(#""asid":"300""#))
         #expect(body(responses[1]).contains(#""as_of":"2026-11-01T07:00:00"#))
         #expect(body(responses[3]).contains(#""user_id":"u:"#))
+        // Lines ended by a bare LF are the decoder's to judge (a 400), not a head left waiting.
+        let bare = try Self.exchange(port: port, "GET /v1/access/300 HTTP/1.1\nAuthorization: Bearer t0k\n\n")
+        #expect(bare.hasPrefix("HTTP/1.1 400"), "\(bare)")
         kill(server.processIdentifier, SIGTERM)
         #expect(wait(server, seconds: 30) == 0)
     }
