@@ -29,7 +29,7 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
     private let tokens: BearerTokens?
     private let idle: Duration?
     private let logger: Logger
-    private var reader: PinnedReader?
+    private var reader: LoopReader?
     private var handedOn = false
     /// Bytes of a request not yet complete (and any after it).
     private var pending: ByteBuffer?
@@ -128,7 +128,7 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
     private func restartTimer(_ context: ChannelHandlerContext) {
         timer?.cancel()
         guard let idle else { return }
-        timer = context.eventLoop.scheduleTask(in: TimeAmount(idle)) { [weak self] in
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(idle)) { [weak self] in
             guard let self, !self.handedOn else { return }
             context.close(promise: nil)
         }
