@@ -29,7 +29,7 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
     private let tokens: BearerTokens?
     private let idle: Duration?
     private let logger: Logger
-    private var reader: LoopReader?
+    private var reader: PinnedReader?
     private var handedOn = false
     /// Bytes of a request not yet complete (and any after it).
     private var pending: ByteBuffer?

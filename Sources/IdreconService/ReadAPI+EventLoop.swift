@@ -24,7 +24,7 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let readers: EventLoopReaders
-    private var reader: LoopReader?
+    private var reader: PinnedReader?
     private let tokens: BearerTokens?
     /// Requests handed on to the router whose answer has not ended.
     private var handedOn = 0
@@ -130,32 +130,16 @@ struct HTTPDate {
 final class EventLoopReaders: @unchecked Sendable {
     private let store: EventStore
     private let lock = NSLock()
-    private var readers: [ObjectIdentifier: LoopReader] = [:]
+    private var readers: [ObjectIdentifier: PinnedReader] = [:]
 
     init(store: EventStore) { self.store = store }
 
-    func reader(for loop: any EventLoop) -> LoopReader? {
+    func reader(for loop: any EventLoop) -> PinnedReader? {
         lock.withLock {
             if let reader = readers[ObjectIdentifier(loop)] { return reader }
-            let reader = (try? store.pinnedReader()).map { LoopReader(pinned: $0, loop: loop) }
+            let reader = try? store.pinnedReader()
             readers[ObjectIdentifier(loop)] = reader
             return reader
         }
-    }
-}
-
-/// An event loop's `PinnedReader`: the GETs the loop answers in one turn read in one transaction,
-/// which a task ends after the turn's I/O (`PinnedReader.readHeld`). Every request of a turn was
-/// read from its socket before its answer's snapshot is taken, or within that turn.
-struct LoopReader {
-    let pinned: PinnedReader
-    let loop: any EventLoop
-
-    func access(
-        _ asids: [String], asOf: Int64?
-    ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        let (value, began) = try pinned.accessHeld(asids, asOf: asOf)
-        if began { loop.execute { [pinned] in pinned.release() } }
-        return value
     }
 }

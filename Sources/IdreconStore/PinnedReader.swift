@@ -14,27 +14,20 @@ public final class PinnedReader: Sendable {
 
     init(path: String) throws(IdreconError) {
         self.path = path
-        // Its transaction outlives one access (`readHeld`), which GRDB allows only when told.
-        var configuration = EventStore.configuration(readOnly: true)
-        configuration.allowsUnsafeTransactions = true
-        do { queue = try DatabaseQueue(path: path, configuration: configuration) } catch {
+        do { queue = try DatabaseQueue(path: path, configuration: EventStore.configuration(readOnly: true)) } catch {
             throw IdreconError(.storage, "cannot open database \(path): \(IdreconError.describe(error))")
         }
     }
 
-    /// `body` in the connection's open read transaction, beginning one when none is open;
-    /// `began` says this call began it, and its caller then ends it with `release()` soon after (an
-    /// event loop: at the end of the loop's turn). The requests one turn answers share a snapshot,
-    /// and one pair of the WAL read-lock calls that each transaction makes (`fcntl` under a mutex
-    /// of SQLite's that every connection of the process shares: two event loops' readers took
-    /// turns on it for every GET). A read that fails ends the transaction.
-    func readHeld<T>(_ body: (Database) throws -> T) throws(IdreconError) -> (value: T, began: Bool) {
+    /// `body` in one read transaction: what it reads is one state of the database.
+    func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
         do {
             return try queue.inDatabase { db in
-                let began = !db.isInsideTransaction
-                if began { try BulkStatement(cached: db, "BEGIN DEFERRED").run { _ in } }
+                try BulkStatement(cached: db, "BEGIN DEFERRED").run { _ in }
                 do {
-                    return (try body(db), began)
+                    let value = try body(db)
+                    try BulkStatement(cached: db, "COMMIT").run { _ in }
+                    return value
                 } catch {
                     _ = try? BulkStatement(cached: db, "ROLLBACK").run { _ in }
                     throw error
@@ -43,21 +36,11 @@ public final class PinnedReader: Sendable {
         } catch { throw EventStore.failure(path, error) }
     }
 
-    /// Ends the read transaction `readHeld` began, if it is still open.
-    public func release() {
-        try? queue.inDatabase { db in
-            guard db.isInsideTransaction else { return }
-            if (try? BulkStatement(cached: db, "COMMIT").run { _ in }) == nil {
-                _ = try? BulkStatement(cached: db, "ROLLBACK").run { _ in }
-            }
-        }
-    }
-
-    /// `EventStore.access(_:asOf:)` in the open read transaction (`readHeld`).
-    public func accessHeld(
+    /// `EventStore.access(_:asOf:)` on this connection.
+    public func access(
         _ asids: [String], asOf: Int64?
-    ) throws(IdreconError) -> (value: (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64), began: Bool) {
-        try readHeld { db in try EventStore.access(db, asids, asOf: asOf) }
+    ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
+        try read { db in try EventStore.access(db, asids, asOf: asOf) }
     }
 }
 
