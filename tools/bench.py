@@ -273,7 +273,7 @@ def api_while_consuming(r, db_path):
     # 128 partitions: the embedded cluster keeps about 5 MB of each. It stands in for Kafka brokers,
     # which run on machines of their own: at idle priority it serves the consumer from the cores the
     # API leaves, where at normal priority its thread delayed the API's and the load generator's
-    # wake-ups by milliseconds (perf sched; schemas/performance.md, "The broker's share").
+    # wake-ups by milliseconds (perf sched; schemas/performance.md, "The busy GET's floor").
     broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", "128", "--topic", "more"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)))
