@@ -385,6 +385,41 @@ public enum CanonicalJSON {
     }
 }
 
+extension CanonicalJSON {
+    /// Objects that all have the same keys (the rows of an answer), written in canonical order
+    /// without a `JSONValue` object per row: the keys are ordered and encoded once. A batch of
+    /// 1,000 access answers spent more CPU building and sorting their objects than reading them.
+    public struct Layout: Sendable {
+        /// The keys' indices as given, in canonical order, each with its encoded `"key":`.
+        private let members: [(index: Int, key: [UInt8])]
+
+        public init(_ keys: [String]) {
+            members = CanonicalJSON.byteOrder(of: keys.map { ($0, JSONValue.null) }).map { i in
+                var encoded: [UInt8] = []
+                CanonicalJSON.writeString(keys[i], into: &encoded)
+                encoded.append(UInt8(ascii: ":"))
+                return (i, encoded)
+            }
+        }
+
+        /// `{…}`, the value of each key written by `value(i, &out)`, `i` its index as given.
+        public func write(into out: inout [UInt8], _ value: (Int, inout [UInt8]) -> Void) {
+            out.append(UInt8(ascii: "{"))
+            for (n, member) in members.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(contentsOf: member.key)
+                value(member.index, &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+
+        /// `{…}` of `values`, one per key as given.
+        public func write(_ values: [JSONValue], into out: inout [UInt8]) {
+            write(into: &out) { i, out in CanonicalJSON.write(values[i], into: &out) }
+        }
+    }
+}
+
 extension JSONValue {
     /// Compact JSON in document order (not canonical), e.g. for producing records.
     public func serialized() -> [UInt8] {

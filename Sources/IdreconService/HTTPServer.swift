@@ -81,9 +81,17 @@ struct HTTPServer: Sendable {
     }
 
     /// A JSON response (canonical: keys sorted), one line.
-    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: jsonBytes(body)))
+    static func json(_ status: HTTPResponse.Status, _ body: JSONValue) -> Response { json(status, jsonBytes(body)) }
+
+    /// A response of JSON already encoded (with its line end).
+    static func json(_ status: HTTPResponse.Status, _ body: [UInt8]) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
-    static func jsonBytes(_ body: JSONValue) -> ByteBuffer { ByteBuffer(string: CanonicalJSON.encode(body) + "\n") }
+    static func jsonBytes(_ body: JSONValue) -> [UInt8] {
+        var out: [UInt8] = []
+        CanonicalJSON.write(body, into: &out)
+        out.append(UInt8(ascii: "\n"))
+        return out
+    }
 }

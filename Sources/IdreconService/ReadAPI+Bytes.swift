@@ -86,12 +86,12 @@ final class AccessFromBytes: ChannelInboundHandler, RemovableChannelHandler {
                 return finish(context, answered: answered)
             }
             pending = buffer.readableBytes > 0 ? buffer : nil
-            var body = HTTPServer.jsonBytes(ReadAPI.access(read, at: at).merged)
-            var response = context.channel.allocator.buffer(capacity: body.readableBytes + 160)
+            let body = ReadAPI.accessBody(read, at: at)
+            var response = context.channel.allocator.buffer(capacity: body.count + 160)
             response.writeString("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ")
-            response.writeString(String(body.readableBytes))
+            response.writeString(String(body.count))
             response.writeString("\r\ndate: \(date.text())\r\nserver: idrecon\r\n\r\n")
-            response.writeBuffer(&body)
+            response.writeBytes(body)
             context.write(wrapOutboundOut(response), promise: nil)
             answered = true
         }

@@ -63,7 +63,7 @@ final class AccessOnEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
                 context.fireChannelRead(wrapInboundOut(.head(request)))
                 return context.fireChannelRead(data)
             }
-            let bytes = HTTPServer.jsonBytes(ReadAPI.access(read, at: at).merged)
+            let bytes = ByteBuffer(bytes: ReadAPI.accessBody(read, at: at))
             let head = HTTPResponse(status: .ok, headerFields: [
                 .contentType: "application/json", .contentLength: String(bytes.readableBytes), .date: date.text(),
                 .server: "idrecon",

@@ -44,10 +44,16 @@ extension AccessAnswer {
     public static let fieldNames = ["asid", "state", "as_of", "evidence_event", "evidence_device"]
 
     /// The values of `fieldNames`; `asOf` nil: "now".
-    public func fields(asOf: Int64?) -> [JSONValue] {
-        [.string(asid), .string(state.rawValue), .string(asOf.map(Timestamp.format) ?? "now"),
-         evidenceEvent.map(JSONValue.string) ?? .null, evidenceDevice.map(JSONValue.string) ?? .null]
+    public func fields(asOf: Int64?) -> [JSONValue] { fields(asOf: Self.asOf(asOf)) }
+
+    /// The values of `fieldNames` with `as_of` given (`asOf(_:)`: a batch formats its time once).
+    public func fields(asOf: JSONValue) -> [JSONValue] {
+        [.string(asid), .string(state.rawValue), asOf, evidenceEvent.map(JSONValue.string) ?? .null,
+         evidenceDevice.map(JSONValue.string) ?? .null]
     }
+
+    /// The `as_of` field of answers at `asOf` (nil: "now").
+    public static func asOf(_ asOf: Int64?) -> JSONValue { .string(asOf.map(Timestamp.format) ?? "now") }
 }
 
 extension DeviceRecord {
@@ -115,13 +121,27 @@ extension EventStore {
     ) throws -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
         let (last, applied) = try sequences(db)
         // Asked in key order, neighbours share B-tree pages (a batch of 1,000 random ASIDs:
-        // 10.1 ms against 12.6 ms in request order); answered in request order.
-        let keys = asids.map { Array($0.utf8) }
-        let order = keys.indices.sorted { keys[$0].lexicographicallyPrecedes(keys[$1]) }
+        // 10.1 ms against 12.6 ms in request order); answered in request order. Ordered by the
+        // first 16 bytes as two words, by all the bytes only where those tie.
+        var order = asids.indices.map { i in
+            var asid = asids[i]
+            return asid.withUTF8 { bytes in (high: word(bytes, 0), low: word(bytes, 8), index: i) }
+        }
+        order.sort { a, b in
+            a.high != b.high ? a.high < b.high : a.low != b.low ? a.low < b.low : asids[a.index].bytesPrecede(asids[b.index])
+        }
         var answers = [AccessAnswer](repeating: AccessAnswer(asid: "", state: .unseen), count: asids.count)
         let lookup = try AccessLookup(db)
-        for i in order { answers[i] = try lookup.answer(asids[i], asOf: asOf) }
+        for key in order { answers[key.index] = try lookup.answer(asids[key.index], asOf: asOf) }
         return (answers, last, applied)
+    }
+
+    /// Bytes `start..<start + 8` of `bytes`, big-endian, zero beyond the end: words that differ
+    /// order as the bytes do.
+    private static func word(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int) -> UInt64 {
+        var value: UInt64 = 0
+        for i in start..<start + 8 { value = value << 8 | UInt64(i < bytes.count ? bytes[i] : 0) }
+        return value
     }
 
     static func access(_ db: Database, _ asid: String, asOf: Int64?, tables: ProjectionTables = .views) throws -> AccessAnswer {

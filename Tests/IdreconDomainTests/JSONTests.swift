@@ -55,6 +55,17 @@ import Testing
         #expect(CanonicalJSON.encode(.object(members.reversed())) == String(decoding: out, as: UTF8.self))
     }
 
+    /// A layout writes the bytes the canonical encoder writes for the same members, in any order.
+    @Test func layoutWritesTheCanonicalObject() throws {
+        let text = #"{"token_type": 1, "token_f": "a\"b", "é": null, "e\u0301": [2, {"y": 1, "x": 0}], "": "\u0001", "abcdefgh": true}"#
+        guard case let .object(members) = try parse(text) else { Issue.record("not an object"); return }
+        for members in [members, members.reversed()] {
+            var out: [UInt8] = []
+            CanonicalJSON.Layout(members.map(\.key)).write(members.map(\.value), into: &out)
+            #expect(String(decoding: out, as: UTF8.self) == CanonicalJSON.encode(.object(members)))
+        }
+    }
+
     /// Duplicate keys are found by bytes past the first few members and beyond 16 of them.
     @Test func duplicateKeysAmongManyAreRejected() {
         for count in [2, 15, 16, 17, 40] {
