@@ -30,10 +30,15 @@
     X(rd_kafka_consume_start) \
     X(rd_kafka_consume_stop) \
     X(rd_kafka_consumer_close) \
+    X(rd_kafka_consumer_close_queue) \
+    X(rd_kafka_consumer_closed) \
     X(rd_kafka_consumer_poll) \
     X(rd_kafka_destroy) \
+    X(rd_kafka_destroy_flags) \
     X(rd_kafka_err2name) \
     X(rd_kafka_err2str) \
+    X(rd_kafka_error_destroy) \
+    X(rd_kafka_error_string) \
     X(rd_kafka_flush) \
     X(rd_kafka_get_watermark_offsets) \
     X(rd_kafka_last_error) \
@@ -54,6 +59,9 @@
     X(rd_kafka_poll_set_consumer) \
     X(rd_kafka_produce) \
     X(rd_kafka_query_watermark_offsets) \
+    X(rd_kafka_queue_destroy) \
+    X(rd_kafka_queue_get_consumer) \
+    X(rd_kafka_queue_poll_callback) \
     X(rd_kafka_subscribe) \
     X(rd_kafka_topic_destroy) \
     X(rd_kafka_topic_name) \
@@ -179,6 +187,14 @@ rd_kafka_resp_err_t rd_kafka_consumer_close(rd_kafka_t *rk) {
     return functions()->rd_kafka_consumer_close(rk);
 }
 
+rd_kafka_error_t * rd_kafka_consumer_close_queue(rd_kafka_t *rk, rd_kafka_queue_t *rkqu) {
+    return functions()->rd_kafka_consumer_close_queue(rk, rkqu);
+}
+
+int rd_kafka_consumer_closed(rd_kafka_t *rk) {
+    return functions()->rd_kafka_consumer_closed(rk);
+}
+
 rd_kafka_message_t * rd_kafka_consumer_poll(rd_kafka_t *rk, int timeout_ms) {
     return functions()->rd_kafka_consumer_poll(rk, timeout_ms);
 }
@@ -187,12 +203,24 @@ void rd_kafka_destroy(rd_kafka_t *rk) {
     functions()->rd_kafka_destroy(rk);
 }
 
+void rd_kafka_destroy_flags(rd_kafka_t *rk, int flags) {
+    functions()->rd_kafka_destroy_flags(rk, flags);
+}
+
 const char * rd_kafka_err2name(rd_kafka_resp_err_t err) {
     return functions()->rd_kafka_err2name(err);
 }
 
 const char * rd_kafka_err2str(rd_kafka_resp_err_t err) {
     return functions()->rd_kafka_err2str(err);
+}
+
+void rd_kafka_error_destroy(rd_kafka_error_t *error) {
+    functions()->rd_kafka_error_destroy(error);
+}
+
+const char * rd_kafka_error_string(const rd_kafka_error_t *error) {
+    return functions()->rd_kafka_error_string(error);
 }
 
 rd_kafka_resp_err_t rd_kafka_flush(rd_kafka_t *rk, int timeout_ms) {
@@ -309,6 +337,18 @@ rd_kafka_resp_err_t rd_kafka_query_watermark_offsets(
     int64_t *high,
     int timeout_ms) {
     return functions()->rd_kafka_query_watermark_offsets(rk, topic, partition, low, high, timeout_ms);
+}
+
+void rd_kafka_queue_destroy(rd_kafka_queue_t *rkqu) {
+    functions()->rd_kafka_queue_destroy(rkqu);
+}
+
+rd_kafka_queue_t * rd_kafka_queue_get_consumer(rd_kafka_t *rk) {
+    return functions()->rd_kafka_queue_get_consumer(rk);
+}
+
+int rd_kafka_queue_poll_callback(rd_kafka_queue_t *rkqu, int timeout_ms) {
+    return functions()->rd_kafka_queue_poll_callback(rkqu, timeout_ms);
 }
 
 rd_kafka_resp_err_t rd_kafka_subscribe(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *topics) {

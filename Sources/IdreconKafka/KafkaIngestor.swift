@@ -130,8 +130,10 @@ public final class KafkaIngestor: @unchecked Sendable {
         }
         let rk = try makeClient(RD_KAFKA_CONSUMER, conf)
         self.rk = rk
+        var left = false
         defer {
-            rd_kafka_destroy(rk)
+            // A consumer that could not leave the group must not try again here, where nothing bounds it.
+            if left { rd_kafka_destroy(rk) } else { rd_kafka_destroy_flags(rk, Int32(RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE)) }
             self.rk = nil
         }
         rd_kafka_poll_set_consumer(rk)
@@ -171,13 +173,40 @@ public final class KafkaIngestor: @unchecked Sendable {
             }
             try drain()
         } catch {
-            rd_kafka_consumer_close(rk)
+            left = leaveGroup(rk)
             throw error
         }
-        let closeErr = rd_kafka_consumer_close(rk) // revokes (and so commits) first, then leaves the group
+        left = leaveGroup(rk)
         if let failure { throw failure }
-        if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR { logger.warning("leaving the group: \(String(cString: rd_kafka_err2str(closeErr)))") }
         return summary
+    }
+
+    /// The longest a consumer waits to leave its group when it stops.
+    static let leaveSeconds = 10.0
+
+    /// Revokes the assignment (the revoke callback commits the open batch) and leaves the group,
+    /// serving callbacks meanwhile; true once left. A coordinator that does not answer within
+    /// `leaveSeconds` is given up on: `rd_kafka_consumer_close` waits for it, and was seen to
+    /// wait for ever after the brokers went away while the API was busy. Nothing is lost: the
+    /// positions are in the database, and the group gives the partitions to another member
+    /// when this one's session times out.
+    private func leaveGroup(_ rk: OpaquePointer) -> Bool {
+        guard let queue = rd_kafka_queue_get_consumer(rk) else { return false }
+        defer { rd_kafka_queue_destroy(queue) }
+        if let error = rd_kafka_consumer_close_queue(rk, queue) {
+            logger.warning("leaving the group: \(String(cString: rd_kafka_error_string(error)))")
+            rd_kafka_error_destroy(error)
+            return false
+        }
+        let deadline = Date().addingTimeInterval(Self.leaveSeconds)
+        while rd_kafka_consumer_closed(rk) == 0 {
+            guard Date() < deadline else {
+                logger.warning("the group coordinator did not answer within \(Int(Self.leaveSeconds)) s: stopped without leaving the group (positions are in the database)")
+                return false
+            }
+            _ = rd_kafka_queue_poll_callback(queue, 100)
+        }
+        return true
     }
 
     /// The summary with the assigned partitions' positions and ends (librdkafka's cached

@@ -253,6 +253,25 @@ struct Outcome: Equatable {
         #expect(try Outcome(db: db) == reference(s))
     }
 
+    /// With the brokers gone, SIGTERM still ends the consumer in bounded time (it gives up on
+    /// leaving the group after `leaveSeconds`), exit 0, everything it consumed kept.
+    @Test func sigtermExitsWhenTheBrokersAreGone() throws {
+        let s = Scratch()
+        let cluster = try cluster(partitions: 4)
+        let db = s.path("k.sqlite")
+        let consumer = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false)
+        let deadline = Date().addingTimeInterval(90)
+        while storedOffsets(db) < Int64(lines.count), Date() < deadline { usleep(50_000) }
+        #expect(storedOffsets(db) == Int64(lines.count))
+        cluster.setBroker(1, up: false)
+        usleep(500_000)
+        let stopped = Date()
+        kill(consumer.processIdentifier, SIGTERM)
+        #expect(wait(consumer, seconds: 40) == 0)
+        #expect(Date().timeIntervalSince(stopped) < 40)
+        #expect(try Outcome(db: db) == reference(s))
+    }
+
     @Test func badRecordsLandInQuarantineWithPartitionAndOffset() throws {
         let s = Scratch()
         let cluster = try MockCluster()
