@@ -39,6 +39,10 @@
     X(rd_kafka_err2str) \
     X(rd_kafka_error_destroy) \
     X(rd_kafka_error_string) \
+    X(rd_kafka_event_destroy) \
+    X(rd_kafka_event_error) \
+    X(rd_kafka_event_topic_partition_list) \
+    X(rd_kafka_event_type) \
     X(rd_kafka_flush) \
     X(rd_kafka_get_watermark_offsets) \
     X(rd_kafka_last_error) \
@@ -60,8 +64,8 @@
     X(rd_kafka_produce) \
     X(rd_kafka_query_watermark_offsets) \
     X(rd_kafka_queue_destroy) \
-    X(rd_kafka_queue_get_consumer) \
-    X(rd_kafka_queue_poll_callback) \
+    X(rd_kafka_queue_new) \
+    X(rd_kafka_queue_poll) \
     X(rd_kafka_subscribe) \
     X(rd_kafka_topic_destroy) \
     X(rd_kafka_topic_name) \
@@ -223,6 +227,22 @@ const char * rd_kafka_error_string(const rd_kafka_error_t *error) {
     return functions()->rd_kafka_error_string(error);
 }
 
+void rd_kafka_event_destroy(rd_kafka_event_t *rkev) {
+    functions()->rd_kafka_event_destroy(rkev);
+}
+
+rd_kafka_resp_err_t rd_kafka_event_error(rd_kafka_event_t *rkev) {
+    return functions()->rd_kafka_event_error(rkev);
+}
+
+rd_kafka_topic_partition_list_t * rd_kafka_event_topic_partition_list(rd_kafka_event_t *rkev) {
+    return functions()->rd_kafka_event_topic_partition_list(rkev);
+}
+
+rd_kafka_event_type_t rd_kafka_event_type(const rd_kafka_event_t *rkev) {
+    return functions()->rd_kafka_event_type(rkev);
+}
+
 rd_kafka_resp_err_t rd_kafka_flush(rd_kafka_t *rk, int timeout_ms) {
     return functions()->rd_kafka_flush(rk, timeout_ms);
 }
@@ -343,12 +363,12 @@ void rd_kafka_queue_destroy(rd_kafka_queue_t *rkqu) {
     functions()->rd_kafka_queue_destroy(rkqu);
 }
 
-rd_kafka_queue_t * rd_kafka_queue_get_consumer(rd_kafka_t *rk) {
-    return functions()->rd_kafka_queue_get_consumer(rk);
+rd_kafka_queue_t * rd_kafka_queue_new(rd_kafka_t *rk) {
+    return functions()->rd_kafka_queue_new(rk);
 }
 
-int rd_kafka_queue_poll_callback(rd_kafka_queue_t *rkqu, int timeout_ms) {
-    return functions()->rd_kafka_queue_poll_callback(rkqu, timeout_ms);
+rd_kafka_event_t * rd_kafka_queue_poll(rd_kafka_queue_t *rkqu, int timeout_ms) {
+    return functions()->rd_kafka_queue_poll(rkqu, timeout_ms);
 }
 
 rd_kafka_resp_err_t rd_kafka_subscribe(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *topics) {

@@ -190,8 +190,14 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// wait for ever after the brokers went away while the API was busy. Nothing is lost: the
     /// positions are in the database, and the group gives the partitions to another member
     /// when this one's session times out.
+    ///
+    /// The close is served as librdkafka's own `rd_kafka_consumer_close` serves it: a queue of its
+    /// own, to which the group's queue is forwarded, polled until closed. Polled for events, so
+    /// that records fetched meanwhile come back as events and are dropped (serving callbacks
+    /// only, librdkafka asserts on them); a rebalance comes back as an event too, and goes to
+    /// `rebalance` as the callback would.
     private func leaveGroup(_ rk: OpaquePointer) -> Bool {
-        guard let queue = rd_kafka_queue_get_consumer(rk) else { return false }
+        guard let queue = rd_kafka_queue_new(rk) else { return false }
         defer { rd_kafka_queue_destroy(queue) }
         if let error = rd_kafka_consumer_close_queue(rk, queue) {
             logger.warning("leaving the group: \(String(cString: rd_kafka_error_string(error)))")
@@ -204,7 +210,11 @@ public final class KafkaIngestor: @unchecked Sendable {
                 logger.warning("the group coordinator did not answer within \(Int(Self.leaveSeconds)) s: stopped without leaving the group (positions are in the database)")
                 return false
             }
-            _ = rd_kafka_queue_poll_callback(queue, 100)
+            guard let event = rd_kafka_queue_poll(queue, 100) else { continue }
+            defer { rd_kafka_event_destroy(event) }
+            if rd_kafka_event_type(event) == RD_KAFKA_EVENT_REBALANCE {
+                rebalance(rk, rd_kafka_event_error(event), rd_kafka_event_topic_partition_list(event))
+            }
         }
         return true
     }

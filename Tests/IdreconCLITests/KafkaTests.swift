@@ -253,6 +253,23 @@ struct Outcome: Equatable {
         #expect(try Outcome(db: db) == reference(s))
     }
 
+    /// SIGTERM in the middle of a stream, with records fetched and not yet read: the consumer
+    /// leaves the group (the fetched records are dropped, not stored) and exits 0; the next run
+    /// goes on from the stored offsets.
+    @Test func sigtermMidStreamLeavesAndTheNextRunGoesOn() throws {
+        let s = Scratch()
+        let cluster = try cluster(partitions: 4)
+        let db = s.path("k.sqlite")
+        let consumer = try startConsumer(cluster, topic: "t", db: db, exitAtEnd: false, extra: ["--batch-size", "200"])
+        let deadline = Date().addingTimeInterval(60)
+        while storedOffsets(db) == 0, Date() < deadline { usleep(5_000) }
+        kill(consumer.processIdentifier, SIGTERM)
+        #expect(wait(consumer, seconds: 40) == 0)
+        #expect(storedOffsets(db) < Int64(lines.count), "consumed everything before the stop; the test needs a larger stream")
+        #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
+        #expect(try Outcome(db: db) == reference(s))
+    }
+
     /// With the brokers gone, SIGTERM still ends the consumer in bounded time (it gives up on
     /// leaving the group after `leaveSeconds`), exit 0, everything it consumed kept.
     @Test func sigtermExitsWhenTheBrokersAreGone() throws {
