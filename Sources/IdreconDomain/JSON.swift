@@ -330,22 +330,11 @@ public enum CanonicalJSON {
     /// (moving a member retains and releases its texts), by the keys' first eight bytes,
     /// and only keys that share those by all their bytes: every event is encoded once.
     static func byteOrder(of members: [(key: String, value: JSONValue)]) -> [Int] {
-        var order = members.indices.map { (prefix: prefix8(members[$0].key), index: $0) }
+        var order = members.indices.map { (prefix: members[$0].key.bytesWord(at: 0), index: $0) }
         order.sort { a, b in
             a.prefix != b.prefix ? a.prefix < b.prefix : members[a.index].key.bytesPrecede(members[b.index].key)
         }
         return order.map(\.index)
-    }
-
-    /// The first eight UTF-8 bytes of `key`, big-endian, zero-padded: unequal prefixes order
-    /// as the texts' bytes do.
-    private static func prefix8(_ key: String) -> UInt64 {
-        var key = key
-        return key.withUTF8 { bytes in
-            var value: UInt64 = 0
-            for i in 0..<8 { value = value << 8 | UInt64(i < bytes.count ? bytes[i] : 0) }
-            return value
-        }
     }
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {

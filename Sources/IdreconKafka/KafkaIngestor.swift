@@ -133,7 +133,11 @@ public final class KafkaIngestor: @unchecked Sendable {
         var left = false
         defer {
             // A consumer that could not leave the group must not try again here, where nothing bounds it.
-            if left { rd_kafka_destroy(rk) } else { rd_kafka_destroy_flags(rk, Int32(RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE)) }
+            if left {
+                rd_kafka_destroy(rk)
+            } else {
+                rd_kafka_destroy_flags(rk, Int32(RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE))
+            }
             self.rk = nil
         }
         rd_kafka_poll_set_consumer(rk)
@@ -184,8 +188,8 @@ public final class KafkaIngestor: @unchecked Sendable {
     /// The longest a consumer waits to leave its group when it stops.
     static let leaveSeconds = 10.0
 
-    /// Revokes the assignment (the revoke callback commits the open batch) and leaves the group,
-    /// serving callbacks meanwhile; true once left. A coordinator that does not answer within
+    /// Revokes the assignment (`rebalance` commits the open batch) and leaves the group; true
+    /// once left. A coordinator that does not answer within
     /// `leaveSeconds` is given up on: `rd_kafka_consumer_close` waits for it, and was seen to
     /// wait for ever after the brokers went away while the API was busy. Nothing is lost: the
     /// positions are in the database, and the group gives the partitions to another member
@@ -207,7 +211,10 @@ public final class KafkaIngestor: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(Self.leaveSeconds)
         while rd_kafka_consumer_closed(rk) == 0 {
             guard Date() < deadline else {
-                logger.warning("the group coordinator did not answer within \(Int(Self.leaveSeconds)) s: stopped without leaving the group (positions are in the database)")
+                logger.warning("""
+                    the group coordinator did not answer within \(Int(Self.leaveSeconds)) s: \
+                    stopped without leaving the group (positions are in the database)
+                    """)
                 return false
             }
             guard let event = rd_kafka_queue_poll(queue, 100) else { continue }

@@ -85,7 +85,8 @@ struct HTTPServer: Sendable {
 
     /// A response of JSON already encoded (with its line end).
     static func json(_ status: HTTPResponse.Status, _ body: [UInt8]) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        Response(status: status, headers: [.contentType: "application/json"],
+                 body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
     static func jsonBytes(_ body: JSONValue) -> [UInt8] {

@@ -265,7 +265,7 @@ struct Outcome: Equatable {
         while storedOffsets(db) == 0, Date() < deadline { usleep(5_000) }
         kill(consumer.processIdentifier, SIGTERM)
         #expect(wait(consumer, seconds: 40) == 0)
-        #expect(storedOffsets(db) < Int64(lines.count), "consumed everything before the stop; the test needs a larger stream")
+        #expect(storedOffsets(db) < Int64(lines.count), "consumed everything before the stop; needs a larger stream")
         #expect(wait(try startConsumer(cluster, topic: "t", db: db)) == 0)
         #expect(try Outcome(db: db) == reference(s))
     }

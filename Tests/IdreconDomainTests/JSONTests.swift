@@ -57,7 +57,8 @@ import Testing
 
     /// A layout writes the bytes the canonical encoder writes for the same members, in any order.
     @Test func layoutWritesTheCanonicalObject() throws {
-        let text = #"{"token_type": 1, "token_f": "a\"b", "é": null, "e\u0301": [2, {"y": 1, "x": 0}], "": "\u0001", "abcdefgh": true}"#
+        let text = #"{"token_type": 1, "token_f": "a\"b", "é": null, "e\u0301": [2, {"y": 1, "x": 0}], "": "\u0001", "#
+            + #""abcdefgh": true}"#
         guard case let .object(members) = try parse(text) else { Issue.record("not an object"); return }
         for members in [members, members.reversed()] {
             var out: [UInt8] = []

@@ -153,6 +153,17 @@ extension String {
         return x.count < y.count ? -1 : x.count == y.count ? 0 : 1
     }
 
+    /// Bytes `start..<start + 8` of this text's UTF-8, big-endian, zero beyond its end: words
+    /// that differ order as the texts' bytes do, so sorts compare them before the bytes.
+    public func bytesWord(at start: Int) -> UInt64 {
+        var text = self // a copy of the reference: `withUTF8` makes it native in place if needed
+        return text.withUTF8 { bytes in
+            var value: UInt64 = 0
+            for i in start..<start + 8 { value = value << 8 | UInt64(i < bytes.count ? bytes[i] : 0) }
+            return value
+        }
+    }
+
     /// Byte order of two buffers, as SQLite's BINARY collation orders text.
     @inlinable
     public static func bytesPrecede(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
