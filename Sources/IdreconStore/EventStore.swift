@@ -17,6 +17,8 @@ public final class EventStore: Sendable {
     /// The filters of the log's unique keys, kept between this writer's transactions.
     private let uniqueKeys = Mutex(UniqueKeys.Cache())
     private let keyShape: KeyRuns.Shape
+    /// The pair of connections that reads a large `access` batch on two cores.
+    let splitReaders = SplitReader.Pool()
 
     /// Page cache per connection. 64 MB was no faster than 32 MB at 1M events (ingest 33–46 s
     /// either way on this noisy VM) and cost 40 MB of peak memory (`schemas/sql.md`).
