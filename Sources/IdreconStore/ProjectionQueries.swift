@@ -115,9 +115,11 @@ extension EventStore {
     public func access(
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        guard asids.count >= SplitReader.minimumBatch else { return try read { db in try Self.access(db, asids, asOf: asOf) } }
-        let reader = splitReaders.take(path)
-        defer { splitReaders.give(reader) }
+        guard asids.count >= SplitReader.minimumBatch else {
+            return try read { db in try Self.access(db, asids, asOf: asOf) }
+        }
+        let reader = splitReaders.enter(path)
+        defer { splitReaders.leave() }
         if let reader { return try reader.access(asids, asOf: asOf) }
         return try read { db in try Self.access(db, asids, asOf: asOf) }
     }

@@ -74,7 +74,9 @@ final class SplitReader: Sendable {
                     var failure: (any Error)?
                     while failure == nil, let chunk = shared.takeLow() {
                         do {
-                            for i in Self.keys(chunk, of: order) { answers[i] = try lookup.answer(asids[i], asOf: asOf) }
+                            for i in Self.keys(chunk, of: order) {
+                                answers[i] = try lookup.answer(asids[i], asOf: asOf)
+                            }
                         } catch { failure = error }
                     }
                     // The helper's transaction ends whoever has it: the helper, or this thread if it never started.
@@ -114,7 +116,9 @@ final class SplitReader: Sendable {
 
     /// The helper: answers chunks from the high end on `upper`, inside the transaction
     /// `beginUpper` opened, then ends it.
-    private static func help(_ shared: Shared, _ upper: DatabaseQueue, _ asids: [String], _ order: [Int], asOf: Int64?) {
+    private static func help(
+        _ shared: Shared, _ upper: DatabaseQueue, _ asids: [String], _ order: [Int], asOf: Int64?
+    ) {
         guard shared.startHelper() else { return }
         var answers: [(Int, AccessAnswer)] = []
         var failure: (any Error)?
@@ -212,25 +216,30 @@ final class SplitReader: Sendable {
     /// splitting them too cost throughput (8 connections asking 1,000 ASIDs each: 162-175
     /// batches/s split against 193-234/s not).
     final class Pool: Sendable {
-        private let state = Mutex<(free: SplitReader?, opened: Bool, batches: Int)>((nil, false, 0))
+        private struct State {
+            var pair: SplitReader?
+            var opened = false
+            var batches = 0
+        }
 
-        /// Counts a batch in, and lends it the pair if it is the only one.
-        func take(_ path: String) -> SplitReader? {
-            let reader = state.withLock { state -> SplitReader?? in
+        private let state = Mutex(State())
+
+        /// Counts a batch in, and lends it the pair if it is the only one (opening the pair
+        /// the first time; a pair that cannot be opened is not tried again).
+        func enter(_ path: String) -> SplitReader? {
+            let (pair, open) = state.withLock { state -> (SplitReader?, Bool) in
                 state.batches += 1
-                guard state.batches == 1 else { return .some(nil) }
-                if let reader = state.free { return reader }
-                guard !state.opened else { return .some(nil) }
-                state.opened = true
-                return nil
+                guard state.batches == 1 else { return (nil, false) }
+                defer { state.opened = true }
+                return (state.pair, !state.opened)
             }
-            if let reader { return reader }
-            guard let opened = try? SplitReader(path: path) else { return nil }
-            state.withLock { $0.free = opened }
+            guard open else { return pair }
+            let opened = try? SplitReader(path: path)
+            state.withLock { $0.pair = opened }
             return opened
         }
 
         /// Counts a batch out.
-        func give(_ reader: SplitReader?) { state.withLock { $0.batches -= 1 } }
+        func leave() { state.withLock { $0.batches -= 1 } }
     }
 }

@@ -15,9 +15,13 @@ import Testing
             let dir = TempDir()
             let store = try EventStore(path: dir.path("db.sqlite"))
             try ingest(generatedLines(seed: seed, events: 400), into: store, dir: dir, batchSize: 50)
-            let seen = try store.read { db in try String.fetchAll(db, sql: "SELECT asid FROM asids UNION SELECT asid FROM friend_mentions") }
+            let seen = try store.read { db in
+                try String.fetchAll(db, sql: "SELECT asid FROM asids UNION SELECT asid FROM friend_mentions")
+            }
             var rng = SeededGenerator(seed: seed)
-            let asids = (Array(repeating: seen, count: 3 * SplitReader.minimumBatch / max(1, seen.count) + 1).joined() + ["9", "99999999999999999999999999999999"]).shuffled(using: &rng)
+            let copies = 3 * SplitReader.minimumBatch / max(1, seen.count) + 1
+            let asids = (Array(repeating: seen, count: copies).joined() + ["9", String(repeating: "9", count: 32)])
+                .shuffled(using: &rng)
             #expect(asids.count >= SplitReader.minimumBatch * 3)
             let reader = try SplitReader(path: store.path)
             let position = try store.logPosition()
@@ -63,7 +67,8 @@ import Testing
         let store = s.store
         let rounds = (1...6).map { round in
             s.dir.write("round\(round).jsonl", asids.map {
-                Stream.login("r\(round)-\($0)", day: 1 + Double(round), device: "D\($0)", asid: $0, limited: round % 2 == 1)
+                Stream.login("r\(round)-\($0)", day: 1 + Double(round), device: "D\($0)", asid: $0,
+                             limited: round % 2 == 1)
             })
         }
         let writer = Task.detached {
