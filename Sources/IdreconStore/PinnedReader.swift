@@ -12,11 +12,20 @@ public final class PinnedReader: Sendable {
     private let queue: DatabaseQueue
     private let path: String
 
-    init(path: String) throws(IdreconError) {
+    init(path: String, cacheKiB: Int = EventStore.pageCacheKiB) throws(IdreconError) {
         self.path = path
-        do { queue = try DatabaseQueue(path: path, configuration: EventStore.configuration(readOnly: true)) } catch {
+        do { queue = try DatabaseQueue(path: path, configuration: Self.configuration(cacheKiB: cacheKiB)) } catch {
             throw IdreconError(.storage, "cannot open database \(path): \(IdreconError.describe(error))")
         }
+    }
+
+    /// A reader's settings, with a page cache of `cacheKiB`.
+    static func configuration(cacheKiB: Int) -> Configuration {
+        var config = EventStore.configuration(readOnly: true)
+        if cacheKiB != EventStore.pageCacheKiB {
+            config.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = -\(cacheKiB)") }
+        }
+        return config
     }
 
     /// `body` in one read transaction: what it reads is one state of the database.

@@ -24,7 +24,7 @@ final class SplitReader: Sendable {
     /// ASIDs per chunk: about half a millisecond of lookups.
     static let chunk = 64
 
-    private let lower: DatabaseQueue
+    private let lower: PinnedReader
     /// Left inside a read transaction between the call that begins it (on the caller's thread)
     /// and the one that ends it (on the helper's, or the caller's when the helper never started).
     private let upper: DatabaseQueue
@@ -36,16 +36,13 @@ final class SplitReader: Sendable {
     init(path: String, betweenSnapshots: (@Sendable () -> Void)? = nil) throws(IdreconError) {
         self.path = path
         self.betweenSnapshots = betweenSnapshots
-        var config = EventStore.configuration(readOnly: true)
-        config.prepareDatabase { db in
-            // About half of the key space each: half the cache of a connection that reads all of it.
-            try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB / 2)")
-        }
-        var upperConfig = config
-        upperConfig.allowsUnsafeTransactions = true
+        // About half of the key space each: half the cache of a connection that reads all of it.
+        let cacheKiB = EventStore.pageCacheKiB / 2
+        lower = try PinnedReader(path: path, cacheKiB: cacheKiB)
+        var config = PinnedReader.configuration(cacheKiB: cacheKiB)
+        config.allowsUnsafeTransactions = true
         do {
-            lower = try DatabaseQueue(path: path, configuration: config)
-            upper = try DatabaseQueue(path: path, configuration: upperConfig)
+            upper = try DatabaseQueue(path: path, configuration: config)
         } catch {
             throw IdreconError(.storage, "cannot open database \(path): \(IdreconError.describe(error))")
         }
@@ -57,45 +54,36 @@ final class SplitReader: Sendable {
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
         let order = EventStore.keyOrder(asids)
-        do {
-            return try lower.inDatabase { db in
-                let before = try upper.inDatabase { try Self.dataVersion($0) }
-                try BulkStatement(cached: db, "BEGIN DEFERRED").run { _ in }
-                do {
-                    let (last, applied) = try EventStore.sequences(db)
-                    var answers = [AccessAnswer](repeating: AccessAnswer(asid: "", state: .unseen), count: asids.count)
-                    let lookup = try EventStore.AccessLookup(db)
-                    let shared = Shared(chunks: (order.count + Self.chunk - 1) / Self.chunk)
-                    betweenSnapshots?()
-                    let helped = try beginUpper(sameAs: before)
-                    if helped {
-                        helper.async { [upper, asids, order] in Self.help(shared, upper, asids, order, asOf: asOf) }
-                    }
-                    var failure: (any Error)?
-                    while failure == nil, let chunk = shared.takeLow() {
-                        do {
-                            for i in Self.keys(chunk, of: order) {
-                                answers[i] = try lookup.answer(asids[i], asOf: asOf)
-                            }
-                        } catch { failure = error }
-                    }
-                    // The helper's transaction ends whoever has it: the helper, or this thread if it never started.
-                    if helped, shared.cancelHelper() {
-                        Self.end(upper)
-                    } else if helped {
-                        let (answered, helperFailure) = shared.waitForHelper()
-                        for (i, answer) in answered { answers[i] = answer }
-                        failure = failure ?? helperFailure
-                    }
-                    if let failure { throw failure }
-                    try BulkStatement(cached: db, "COMMIT").run { _ in }
-                    return (answers, last, applied)
-                } catch {
-                    _ = try? BulkStatement(cached: db, "ROLLBACK").run { _ in }
-                    throw error
-                }
+        // `BEGIN DEFERRED` takes no snapshot: the lower connection's is taken by its first read
+        // (`sequences`), after the upper one has read `before`.
+        return try lower.read { db in
+            let before = try upper.inDatabase { try Self.dataVersion($0) }
+            let (last, applied) = try EventStore.sequences(db)
+            var answers = [AccessAnswer](repeating: AccessAnswer(asid: "", state: .unseen), count: asids.count)
+            let lookup = try EventStore.AccessLookup(db)
+            let shared = Shared(chunks: (order.count + Self.chunk - 1) / Self.chunk)
+            betweenSnapshots?()
+            let helped = try beginUpper(sameAs: before)
+            if helped {
+                helper.async { [upper, asids, order] in Self.help(shared, upper, asids, order, asOf: asOf) }
             }
-        } catch { throw EventStore.failure(path, error) }
+            var failure: (any Error)?
+            while failure == nil, let chunk = shared.takeLow() {
+                do {
+                    for i in Self.keys(chunk, of: order) { answers[i] = try lookup.answer(asids[i], asOf: asOf) }
+                } catch { failure = error }
+            }
+            // The helper's transaction ends whoever has it: the helper, or this thread if it never started.
+            if helped, shared.cancelHelper() {
+                Self.end(upper)
+            } else if helped {
+                let (answered, helperFailure) = shared.waitForHelper()
+                for (i, answer) in answered { answers[i] = answer }
+                failure = failure ?? helperFailure
+            }
+            if let failure { throw failure }
+            return (answers, last, applied)
+        }
     }
 
     /// Begins the upper connection's read transaction; true when it reads the state whose
