@@ -130,7 +130,10 @@ let package = Package(
             path: "tools/IdreconFuzzing"
         ),
         .target(name: "CFuzzDriver", path: "tools/CFuzzDriver"),
-        .executableTarget(name: "idrecon-fuzz", dependencies: ["IdreconFuzzing", "CFuzzDriver"], path: "tools/idrecon-fuzz"),
+        .executableTarget(
+            name: "idrecon-fuzz", dependencies: ["IdreconFuzzing", "CFuzzDriver"], path: "tools/idrecon-fuzz",
+            exclude: ["corpus", "crashers", "toolset.json"]  // the fuzzer's inputs and build settings, not sources
+        ),
         .testTarget(
             name: "IdreconDomainTests",
             dependencies: [

@@ -264,6 +264,9 @@ def api_while_consuming(r, db_path):
     if not os.path.exists(more) or os.path.getsize(more) == 0:
         subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", "1000000", "--seed", "2", "--output", more,
                         "--manifest", os.devnull], check=True)
+    floor_db = os.path.join(OUT, "floor.sqlite")  # the same database for the floor's own consumer
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as src, sqlite3.connect(floor_db) as dst:
+        src.backup(dst)
     quiesce()
     asids = os.path.join(OUT, "api-asids.txt")
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
@@ -305,11 +308,49 @@ def api_while_consuming(r, db_path):
         ingested = committed_records(db_path, "kafka")
         r["api_busy_consume_eps"] = (ingested - done) / (time.monotonic() - start)
         r["api_busy_consume_still_running"] = ingested < 1_000_000
+        consumer.send_signal(signal.SIGTERM)
+        consumer.wait(timeout=120)
+        floor_while_consuming(r, floor_db, bootstrap, asids)
     finally:
         consumer.send_signal(signal.SIGTERM)
         consumer.wait(timeout=120)
         broker.send_signal(signal.SIGTERM)
         broker.wait()
+
+
+def floor_while_consuming(r, db_path, bootstrap, asids):
+    """The floor this machine sets under the busy step's GET: a server that does no work
+    (tools/wrk/floor.c, an epoll loop per core answering every request with the same bytes) asked
+    as the API was, while a consumer of its own (another group, on a copy of the same database, its
+    API listening and idle, so that ingestion runs at idle priority as beside the API) ingests the
+    same stream. A p99 this server misses is the machine's: the load generator, the consumer and the
+    server share two cores."""
+    print("the floor: a server that does no work, while a consumer ingests ...", file=sys.stderr)
+    consumer = subprocess.Popen([os.path.join(BIN, "idrecon"), "consume", "--brokers", bootstrap, "--topic", "more",
+                                 "--group", "idrecon-floor", "--db", db_path, "--api-address", "127.0.0.1:0",
+                                 "-X", "session.timeout.ms=6000", "--log-level", "warning"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([os.path.join(OUT, "floor")], stdout=subprocess.PIPE, text=True)
+    try:
+        while not re.search(r"api: http://", consumer.stderr.readline() or "api: http://"):
+            pass
+        threading.Thread(target=consumer.stderr.read, daemon=True).start()
+        url = server.stdout.readline().strip()
+        while committed_records(db_path, "kafka") < 20_000:
+            if consumer.poll() is not None:
+                sys.exit("the floor's consumer stopped")
+            time.sleep(0.1)
+        start, done = time.monotonic(), committed_records(db_path, "kafka")
+        r["floor_busy_get_rps"], r["floor_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
+        r["floor_busy_get_paced_p99_ms"] = paced_p99s(url, asids)
+        ingested = committed_records(db_path, "kafka")
+        r["floor_busy_consume_eps"] = (ingested - done) / (time.monotonic() - start)
+        r["floor_busy_consume_still_running"] = ingested < 1_000_000
+    finally:
+        server.terminate()
+        server.wait()
+        consumer.send_signal(signal.SIGTERM)
+        consumer.wait(timeout=120)
 
 
 def generated(n):
@@ -508,6 +549,13 @@ def main():
            ("consume meanwhile", f"{r['api_busy_consume_eps']:,.0f} ev/s"
             + ("" if r["api_busy_consume_still_running"] else " (finished before wrk did)"), "")]
           if "api_busy_get_rps" in r else []),
+        *([("the floor (a server doing no work) while consuming: GET (wrk) req/s · p99",
+            f"{r['floor_busy_get_rps']:,.0f} · {r['floor_busy_get_p99_ms']:.2f} ms", ""),
+           ("the floor: GET paced at 5k · 10k · 20k/s: p99 (ms)",
+            " · ".join(f"{x:.2f}" for x in r["floor_busy_get_paced_p99_ms"]), ""),
+           ("the floor's consumer meanwhile", f"{r['floor_busy_consume_eps']:,.0f} ev/s"
+            + ("" if r["floor_busy_consume_still_running"] else " (finished before wrk did)"), "")]
+          if "floor_busy_get_rps" in r else []),
         ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
         *[(f"disk bytes written: {name}", f"{r[f'{name}_written_bytes_per_event']:,.0f} B/event", "")
           for name in ("baseline", "ingest", "consume", "replay")],

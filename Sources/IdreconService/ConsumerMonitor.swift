@@ -32,7 +32,14 @@ public final class ConsumerMonitor: @unchecked Sendable {
     // swift-metrics objects over handlers made by the registry, so that every metric has
     // its help text (Prometheus' own checker requires one).
     private func gauge(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Meter {
-        Meter(label: name, dimensions: labels, handler: registry.makeGauge(name: name, labels: labels, help: help))
+        Meter(label: name, dimensions: labels,
+              handler: registry.makeGauge(descriptor: Self.described(name, help), labels: labels))
+    }
+
+    /// A metric as swift-prometheus describes it: the name whole (its unit is part of it, so the
+    /// descriptor's own unit is empty, which its `name` leaves out) and the help text.
+    private static func described(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 
     public init(store: EventStore, topic: String, readyWindow: TimeInterval) {
@@ -41,10 +48,11 @@ public final class ConsumerMonitor: @unchecked Sendable {
         self.readyWindow = readyWindow
         let registry = self.registry
         func counter(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> CoreMetrics.Counter {
-            CoreMetrics.Counter(label: name, dimensions: labels, handler: registry.makeCounter(name: name, labels: labels, help: help))
+            CoreMetrics.Counter(label: name, dimensions: labels,
+                                handler: registry.makeCounter(descriptor: Self.described(name, help), labels: labels))
         }
         func gauge(_ name: String, _ help: String) -> Meter {
-            Meter(label: name, dimensions: [], handler: registry.makeGauge(name: name, labels: [], help: help))
+            Meter(label: name, dimensions: [], handler: registry.makeGauge(descriptor: Self.described(name, help)))
         }
         read = counter("idrecon_records_read_total", "Records read from Kafka.")
         appended = counter("idrecon_records_appended_total", "Records appended to the event log.")
@@ -57,16 +65,17 @@ public final class ConsumerMonitor: @unchecked Sendable {
         commitDuration = CoreMetrics.Timer(
             label: "idrecon_commit_duration_seconds", dimensions: [],
             handler: registry.makeDurationHistogram(
-                name: "idrecon_commit_duration_seconds", labels: [],
-                buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
-                          .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10)],
-                help: "Duration of one SQLite transaction (events, quarantine, projections and offsets)."))
+                descriptor: Self.described(
+                    "idrecon_commit_duration_seconds",
+                    "Duration of one SQLite transaction (events, quarantine, projections and offsets)."),
+                buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+                          .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+                          .milliseconds(2500), .seconds(5), .seconds(10)]))
         transactionRecords = CoreMetrics.Recorder(
             label: "idrecon_transaction_records", dimensions: [], aggregate: true,
             handler: registry.makeValueHistogram(
-                name: "idrecon_transaction_records", labels: [],
-                buckets: [1, 10, 100, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000],
-                help: "Records committed per transaction."))
+                descriptor: Self.described("idrecon_transaction_records", "Records committed per transaction."),
+                buckets: [1, 10, 100, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000]))
         sinceCommit = gauge("idrecon_seconds_since_last_commit", "Seconds since the last commit; -1 before the first.")
         logEvents = gauge("idrecon_event_log_events", "Events in the log (its last sequence number).")
         databaseBytes = gauge("idrecon_database_bytes", "Bytes of the database file and its WAL.")
@@ -75,8 +84,10 @@ public final class ConsumerMonitor: @unchecked Sendable {
         feedPending = gauge("idrecon_change_feed_pending_changes",
                             "Changes decided and not yet delivered to the change feed's topic (0 without a feed).")
         // Prometheus' convention for what is running: a constant 1 labelled with the build.
-        registry.makeGauge(name: "idrecon_build_info", labels: [("version", IdreconVersion.number), ("commit", IdreconVersion.commit)],
-                           help: "The running build: its version and commit (value 1).").set(to: 1.0)
+        registry.makeGauge(
+            descriptor: Self.described("idrecon_build_info", "The running build: its version and commit (value 1)."),
+            labels: [("version", IdreconVersion.number), ("commit", IdreconVersion.commit)]
+        ).set(to: 1.0)
     }
 
     /// The consumer's running totals (called on its polling thread).

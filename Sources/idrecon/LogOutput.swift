@@ -48,14 +48,13 @@ struct JSONLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-             file: String, function: String, line: UInt) {
-        let merged = metadata.merging(explicit ?? [:]) { _, new in new }
+    func log(event: LogEvent) {
+        let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
         let record = JSONValue.object([
             ("timestamp", .string(Timestamp.format(Int64(Date().timeIntervalSince1970 * 1000)))),
-            ("level", .string(level.rawValue)),
+            ("level", .string(event.level.rawValue)),
             ("logger", .string(label)),
-            ("message", .string(message.description)),
+            ("message", .string(event.message.description)),
             ("metadata", Self.json(.dictionary(merged))),
         ])
         var bytes = Array(CanonicalJSON.encode(record).utf8)

@@ -38,7 +38,8 @@ struct DeviceCommand: AsyncParsableCommand {
 
     func validate() throws {
         switch (app, device) {
-        case (_?, _?), (nil, nil) where from != nil, ("-", nil): return
+        case (_?, _?), ("-", nil): return
+        case (nil, nil) where from != nil: return
         default: throw ValidationError("give APP DEVICE, - (pairs on standard input) or --from FILE")
         }
     }
