@@ -4,7 +4,8 @@
 Usage: tools/bench.py [--events N] [--quick]
 Prints a table and writes .bench/results.json (and results-N.json). Needs release builds of idrecon,
 idrecon-gen and idrecon-bench (the Makefile's bench target builds them)."""
-import argparse, json, math, os, platform, re, shutil, signal, sqlite3, statistics, subprocess, sys, threading, time
+import argparse
+import contextlib, json, math, os, platform, re, shutil, signal, sqlite3, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, ".build", "release")
@@ -283,9 +284,32 @@ def api_while_consuming(r, db_path):
     bootstrap = broker.stdout.readline().strip()
     subprocess.run([os.path.join(BIN, "idrecon"), "produce", more, "--brokers", bootstrap, "--topic", "more"],
                    stderr=subprocess.DEVNULL, check=True)
+    try:
+        with busy_consumer(db_path, bootstrap, "idrecon-busy") as url:
+            start, done = time.monotonic(), committed_records(db_path, "kafka")
+            r["api_busy_get_rps"], r["api_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
+            r["api_busy_get_paced_p99_ms"] = paced_p99s(url, asids)
+            r["api_busy_post1000_rps"], r["api_busy_post1000_p99_ms"] = wrk_run(
+                url, {"ASIDS": asids, "BATCH": "1000"}, seconds=8, connections=1)
+            # The HTTP server alone (no database read), for the ceiling this machine leaves it.
+            r["api_busy_healthz_rps"], r["api_busy_healthz_p99_ms"] = wrk_run(
+                url.replace("/v1", "") + "/healthz", {}, seconds=8, script=False)
+            r["api_busy_consume_eps"], r["api_busy_consume_still_running"] = consumed_since(db_path, start, done)
+        floor_while_consuming(r, floor_db, bootstrap, asids)
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait()
+
+
+@contextlib.contextmanager
+def busy_consumer(db_path, bootstrap, group):
+    """`consume --api-address` of the produced stream ("more") into db_path, in `group`; yields its
+    API's URL once it has committed 20,000 records (ingestion then runs at idle priority, the API at
+    normal), and stops it on leaving."""
     consumer = subprocess.Popen([os.path.join(BIN, "idrecon"), "consume", "--brokers", bootstrap, "--topic", "more",
-                                 "--db", db_path, "--api-address", "127.0.0.1:0", "-X", "session.timeout.ms=6000",
-                                 "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                 "--group", group, "--db", db_path, "--api-address", "127.0.0.1:0",
+                                 "-X", "session.timeout.ms=6000", "--log-level", "warning"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = None
         while url is None:
@@ -296,26 +320,20 @@ def api_while_consuming(r, db_path):
             url = m and m.group(1)
         threading.Thread(target=consumer.stderr.read, daemon=True).start()
         while committed_records(db_path, "kafka") < 20_000:
+            if consumer.poll() is not None:
+                sys.exit("consume --api-address stopped before it had ingested 20,000 records")
             time.sleep(0.1)
-        start, done = time.monotonic(), committed_records(db_path, "kafka")
-        r["api_busy_get_rps"], r["api_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
-        r["api_busy_get_paced_p99_ms"] = paced_p99s(url, asids)
-        r["api_busy_post1000_rps"], r["api_busy_post1000_p99_ms"] = wrk_run(url, {"ASIDS": asids, "BATCH": "1000"},
-                                                                            seconds=8, connections=1)
-        # The HTTP server alone (no database read), for the ceiling this machine leaves it.
-        r["api_busy_healthz_rps"], r["api_busy_healthz_p99_ms"] = wrk_run(url.replace("/v1", "") + "/healthz", {}, seconds=8,
-                                                                          script=False)
-        ingested = committed_records(db_path, "kafka")
-        r["api_busy_consume_eps"] = (ingested - done) / (time.monotonic() - start)
-        r["api_busy_consume_still_running"] = ingested < 1_000_000
-        consumer.send_signal(signal.SIGTERM)
-        consumer.wait(timeout=120)
-        floor_while_consuming(r, floor_db, bootstrap, asids)
+        yield url
     finally:
         consumer.send_signal(signal.SIGTERM)
         consumer.wait(timeout=120)
-        broker.send_signal(signal.SIGTERM)
-        broker.wait()
+
+
+def consumed_since(db_path, start, done):
+    """The consumer's events/s since (start, done), and whether it was still ingesting (the stream
+    is 1M events)."""
+    ingested = committed_records(db_path, "kafka")
+    return (ingested - done) / (time.monotonic() - start), ingested < 1_000_000
 
 
 def floor_while_consuming(r, db_path, bootstrap, asids):
@@ -326,31 +344,17 @@ def floor_while_consuming(r, db_path, bootstrap, asids):
     same stream. A p99 this server misses is the machine's: the load generator, the consumer and the
     server share two cores."""
     print("the floor: a server that does no work, while a consumer ingests ...", file=sys.stderr)
-    consumer = subprocess.Popen([os.path.join(BIN, "idrecon"), "consume", "--brokers", bootstrap, "--topic", "more",
-                                 "--group", "idrecon-floor", "--db", db_path, "--api-address", "127.0.0.1:0",
-                                 "-X", "session.timeout.ms=6000", "--log-level", "warning"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     server = subprocess.Popen([os.path.join(OUT, "floor")], stdout=subprocess.PIPE, text=True)
     try:
-        while not re.search(r"api: http://", consumer.stderr.readline() or "api: http://"):
-            pass
-        threading.Thread(target=consumer.stderr.read, daemon=True).start()
         url = server.stdout.readline().strip()
-        while committed_records(db_path, "kafka") < 20_000:
-            if consumer.poll() is not None:
-                sys.exit("the floor's consumer stopped")
-            time.sleep(0.1)
-        start, done = time.monotonic(), committed_records(db_path, "kafka")
-        r["floor_busy_get_rps"], r["floor_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
-        r["floor_busy_get_paced_p99_ms"] = paced_p99s(url, asids)
-        ingested = committed_records(db_path, "kafka")
-        r["floor_busy_consume_eps"] = (ingested - done) / (time.monotonic() - start)
-        r["floor_busy_consume_still_running"] = ingested < 1_000_000
+        with busy_consumer(db_path, bootstrap, "idrecon-floor"):
+            start, done = time.monotonic(), committed_records(db_path, "kafka")
+            r["floor_busy_get_rps"], r["floor_busy_get_p99_ms"] = wrk_run(url, {"ASIDS": asids}, seconds=8)
+            r["floor_busy_get_paced_p99_ms"] = paced_p99s(url, asids)
+            r["floor_busy_consume_eps"], r["floor_busy_consume_still_running"] = consumed_since(db_path, start, done)
     finally:
         server.terminate()
         server.wait()
-        consumer.send_signal(signal.SIGTERM)
-        consumer.wait(timeout=120)
 
 
 def generated(n):
