@@ -187,7 +187,7 @@ public struct TokenVerifier: Sendable {
         if case let .array(friends)? = claims["user_friends"], let eventFriends = event.friendASIDs {
             let claimed = Set(friends.compactMap { v -> [UInt8]? in
                 if case let .string(s) = v { return Array(s.utf8) }
-                if case let .object = v, case let .string(id)? = v["id"] { return Array(id.utf8) }
+                if case .object = v, case let .string(id)? = v["id"] { return Array(id.utf8) }
                 return nil
             })
             if claimed.subtracting([Array((event.asid ?? "").utf8)]) != Set(eventFriends.map { Array($0.utf8) }) {

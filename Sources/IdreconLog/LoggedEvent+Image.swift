@@ -211,7 +211,7 @@ extension LoggedEvent {
 
         /// Binds and runs `insertPayloadSQL` for the row stored at `seq`.
         func insertPayload(_ statement: BulkStatement, seq: Int64) throws {
-            try storage.withUnsafeBytes { raw in
+            _ = try storage.withUnsafeBytes { raw in
                 try statement.runBorrowing { b in
                     b.add(seq)
                     b.add(borrowed: slice(.payload, of: raw))

@@ -122,7 +122,7 @@ public final class EventStore: Sendable {
     /// A writer leaves the WAL checkpointed and empty for the readers that come after it.
     deinit {
         guard !readOnly else { return }
-        try? pool.writeWithoutTransaction { db in WriteAheadLog.reset(db) }
+        pool.writeWithoutTransaction { db in WriteAheadLog.reset(db) }
     }
 
     /// Builds the registered projections the database lacks, and brings level those another

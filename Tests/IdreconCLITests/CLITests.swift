@@ -82,7 +82,7 @@ final class Scratch {
             #expect(!r.stderr.isEmpty && !r.stderr.contains("Fatal error") && !r.stderr.contains("Stack dump"), "\(arguments)")
         }
         let corrupt = s.path("corrupt.sqlite")
-        FileManager.default.createFile(atPath: corrupt, contents: Data(repeating: 7, count: 4096))
+        _ = FileManager.default.createFile(atPath: corrupt, contents: Data(repeating: 7, count: 4096))
         let r = try run(Binaries.idrecon, ["ingest", "/dev/null", "--db", corrupt])
         #expect(r.status == 2)
         #expect(r.stderr.split(separator: "\n").count == 1)
@@ -137,7 +137,7 @@ final class Scratch {
         try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: s.url.path)
         defer { try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: s.url.path) }
         let input = FileManager.default.temporaryDirectory.appendingPathComponent("ro-\(UUID()).jsonl").path
-        FileManager.default.createFile(atPath: input, contents: Data("{}\n".utf8))
+        _ = FileManager.default.createFile(atPath: input, contents: Data("{}\n".utf8))
         let r = try run(Binaries.idrecon, ["ingest", input, "--db", db])
         #expect(r.status == 2)
         #expect(r.stderr.contains("read-only") || r.stderr.contains("cannot be opened"))

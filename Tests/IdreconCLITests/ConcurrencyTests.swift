@@ -32,7 +32,7 @@ import Testing
                 + #""email":"tiny\#(n)@mail.test"}"#
         }
         let path = s.path("tiny-\(n).jsonl")
-        FileManager.default.createFile(atPath: path, contents: Data(lines.map { $0 + "\n" }.joined().utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(lines.map { $0 + "\n" }.joined().utf8))
         return (path, lines.count)
     }
 

@@ -47,7 +47,7 @@ import Testing
         let db = disk.path + "/db.sqlite"
         Self.expectOneLine(try run(Binaries.idrecon, ["ingest", file, "--db", db, "--batch-size", "2000"]), status: 2, "ingest")
         // Fill what is left, so the other writers have no room either.
-        FileManager.default.createFile(atPath: disk.path + "/filler", contents: nil)
+        _ = FileManager.default.createFile(atPath: disk.path + "/filler", contents: nil)
         if let filler = FileHandle(forWritingAtPath: disk.path + "/filler") {
             while (try? filler.write(contentsOf: Data(count: 16_384))) != nil {}
             try? filler.close()

@@ -85,7 +85,7 @@ struct Outcome: Equatable {
 
     func reference(_ s: Scratch) throws -> Outcome {
         let file = s.path("events.jsonl")
-        FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
         #expect(try run(Binaries.idrecon, ["ingest", file, "--db", s.path("ref.sqlite")]).status == 0)
         return try Outcome(db: s.path("ref.sqlite"))
     }
@@ -141,8 +141,8 @@ struct Outcome: Equatable {
         let cluster = try MockCluster(brokers: 1)
         try cluster.createTopic("env-topic", partitions: 2, replicationFactor: 1)
         let file = s.path("events.jsonl"), db = s.path("env.sqlite"), conf = s.path("kafka.conf")
-        FileManager.default.createFile(atPath: file, contents: Data(lines.prefix(300).flatMap { $0 + [0x0A] }))
-        FileManager.default.createFile(atPath: conf, contents: Data("session.timeout.ms=6000\n".utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(lines.prefix(300).flatMap { $0 + [0x0A] }))
+        _ = FileManager.default.createFile(atPath: conf, contents: Data("session.timeout.ms=6000\n".utf8))
         func idrecon(_ arguments: [String], environment: [String: String] = [:]) throws -> Int32 {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
@@ -329,7 +329,7 @@ struct Outcome: Equatable {
         // More than the mock's ~5 MB into the one partition: its log start moves past 5.
         let lines = kafkaStream(events: 20_000, seed: 4)
         let file = s.path("lines.jsonl")
-        FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(lines.flatMap { $0 + [0x0A] }))
         let produced = try run(Binaries.idrecon, ["produce", file, "--brokers", cluster.bootstrap, "--topic", "gap"])
         #expect(produced.status == 0)
         #expect(produced.stderr.contains("the broker no longer holds the oldest records of gap"), "\(produced.stderr)")

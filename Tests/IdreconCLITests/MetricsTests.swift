@@ -48,7 +48,7 @@ import Testing
         try cluster.createTopic("m", partitions: 4, replicationFactor: 1)
         try produce(Array(lines[..<half]), to: cluster, topic: "m")
 
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let consumer = Process()
         consumer.executableURL = URL(fileURLWithPath: Binaries.idrecon)
         consumer.arguments = ["consume", "--brokers", cluster.bootstrap, "--topic", "m", "--group", "g", "--db", db,

@@ -101,7 +101,7 @@ import Testing
         #expect(try run(Binaries.idrecon, ["user", "abc", "--db", db]).status == 2)
 
         let list = s.path("asids.txt")
-        FileManager.default.createFile(atPath: list, contents: Data("300\n777\n500\n".utf8))
+        _ = FileManager.default.createFile(atPath: list, contents: Data("300\n777\n500\n".utf8))
         let users = try run(Binaries.idrecon, ["user", "--from", list, "--db", db, "--format", "csv"])
         #expect(users.status == 1 && users.stderr.contains("777") && users.stderr.split(separator: "\n").count == 1, "\(users.stderr)")
         #expect(users.stdout.contains("u:400,300,") && users.stdout.contains("u:500,500,"))
@@ -146,7 +146,7 @@ import Testing
     @Test func exportToAFileIsAtomic() throws {
         let (s, db) = try db()
         let file = s.path("devices.csv")
-        FileManager.default.createFile(atPath: file, contents: Data("old\n".utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data("old\n".utf8))
         #expect(try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "csv", "--output", file]).status == 0)
         let piped = try run(Binaries.idrecon, ["export", "devices", "--db", db, "--format", "csv"]).stdout
         #expect(String(decoding: try Data(contentsOf: URL(fileURLWithPath: file)), as: UTF8.self) == piped)
@@ -201,10 +201,10 @@ import Testing
         let verify = try run(Binaries.idrecon, ["replay", "--verify", "--db", db, "--format", "csv"])
         #expect(verify.status == 0 && !verify.stdout.contains("DRIFT") && verify.stderr.contains("events/s"))
         let config = s.path("config.json")
-        FileManager.default.createFile(atPath: config, contents: Data(#"{"blocklist": ["ana@x.com"]}"#.utf8))
+        _ = FileManager.default.createFile(atPath: config, contents: Data(#"{"blocklist": ["ana@x.com"]}"#.utf8))
         #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 0)
         #expect(try run(Binaries.idrecon, ["user", "300", "--db", db, "--format", "csv"]).stdout.contains("u:300"))
-        FileManager.default.createFile(atPath: config, contents: Data("not json".utf8))
+        _ = FileManager.default.createFile(atPath: config, contents: Data("not json".utf8))
         #expect(try run(Binaries.idrecon, ["replay", "--config", config, "--db", db]).status == 2)
         #expect(try run(Binaries.idrecon, ["replay", "--verify", "--db", db]).status == 0)
         // Without --digests a replay prints what it rebuilt; with it, each projection's digests.

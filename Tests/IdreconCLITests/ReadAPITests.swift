@@ -22,7 +22,7 @@ import Testing
     /// Starts `idrecon arguments` with stderr in `log`; returns it and the API's base URL once
     /// it has printed it (`api: http://…`).
     static func start(_ arguments: [String], log: String) throws -> (Process, String) {
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Binaries.idrecon)
         process.arguments = arguments
@@ -54,7 +54,7 @@ import Testing
         let s = Scratch()
         let db = s.path("db.sqlite"), tokens = s.path("tokens"), log = s.path("serve.txt")
         #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
-        FileManager.default.createFile(atPath: tokens, contents: Data("# readers\nfirst-token\n".utf8))
+        _ = FileManager.default.createFile(atPath: tokens, contents: Data("# readers\nfirst-token\n".utf8))
         let (server, base) = try Self.start(["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens], log: log)
         defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
         let token = "first-token"
@@ -198,7 +198,7 @@ import Testing
         let s = Scratch()
         let db = s.path("db.sqlite"), tokens = s.path("tokens")
         #expect(try run(Binaries.idrecon, ["ingest", "-", "--db", db], stdin: QueryCLITests.stream).status == 0)
-        FileManager.default.createFile(atPath: tokens, contents: Data("t0k\n".utf8))
+        _ = FileManager.default.createFile(atPath: tokens, contents: Data("t0k\n".utf8))
         let (server, base) = try Self.start(
             ["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", tokens], log: s.path("serve.txt"))
         defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }

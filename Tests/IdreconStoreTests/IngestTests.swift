@@ -145,7 +145,7 @@ import Testing
         bytes += garbage + [0x0A]
         bytes += Array("{\"schema\":\"login-event/v1\"}\r\n".utf8)
         let file = dir.path("raw.jsonl")
-        FileManager.default.createFile(atPath: file, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(bytes))
         let store = try EventStore(path: dir.path("db.sqlite"))
         let summary = try FileIngestor(store: store).ingest(path: file)
         #expect(summary.outcome.appended == 1)
@@ -229,7 +229,7 @@ import Testing
         while let line = generator.next() { data.append(contentsOf: line); data.append(0x0A) }
         let manifest = generator.manifest
         let file = dir.path("g.jsonl")
-        FileManager.default.createFile(atPath: file, contents: data)
+        _ = FileManager.default.createFile(atPath: file, contents: data)
         let store = try EventStore(path: dir.path("db.sqlite"))
         let summary = try FileIngestor(store: store).ingest(path: file)
         #expect(summary.lines == Int64(manifest.lines))
@@ -248,7 +248,7 @@ import Testing
     @Test func corruptDatabaseIsAClearError() throws {
         let dir = TempDir()
         let path = dir.path("bad.sqlite")
-        FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x41, count: 8192))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x41, count: 8192))
         #expect {
             _ = try EventStore(path: path)
         } throws: { error in

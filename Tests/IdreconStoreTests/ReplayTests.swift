@@ -79,7 +79,7 @@ import Testing
             readOnly.readonly = true
             reader = try DatabaseQueue(path: path, configuration: readOnly)
             let lines = (0..<300).map { i in Stream.login("w\(i)", day: 1 + Double(i) / 100, device: "d\(i % 40)", asid: "\(i % 70)") }
-            try FileIngestor(store: store, batchSize: 50).ingest(path: dir.write("w.jsonl", lines))
+            _ = try FileIngestor(store: store, batchSize: 50).ingest(path: dir.write("w.jsonl", lines))
             _ = try store.replay()
             let walBytes = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
             #expect(walBytes > 0)

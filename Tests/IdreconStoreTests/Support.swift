@@ -16,7 +16,7 @@ final class TempDir {
     @discardableResult
     func write(_ name: String, _ lines: [String]) -> String {
         let p = path(name)
-        FileManager.default.createFile(atPath: p, contents: Data(lines.map { $0 + "\n" }.joined().utf8))
+        _ = FileManager.default.createFile(atPath: p, contents: Data(lines.map { $0 + "\n" }.joined().utf8))
         return p
     }
 }

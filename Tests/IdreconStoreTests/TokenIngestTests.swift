@@ -25,7 +25,7 @@ import _CryptoExtras
                          extra: ["nonce": "n\(id)"].merging(token.map { ["id_token": $0] } ?? [:]) { a, _ in a })
         }
         let jwksPath = dir.path("jwks.json")
-        FileManager.default.createFile(atPath: jwksPath, contents: jwks("k1"))
+        _ = FileManager.default.createFile(atPath: jwksPath, contents: jwks("k1"))
         let file = dir.write("in.jsonl", [
             login("a", asid: "1", token: sign("k1", sub: "1", nonce: "na")),   // valid
             login("b", asid: "2", token: sign("k1", sub: "9", nonce: "nb")),   // sub != asid
@@ -45,7 +45,7 @@ import _CryptoExtras
 
         // The key rotates in: retry appends what now passes, in order, and keeps the rest.
         let both = #"{"keys":[\#(String(decoding: jwks("k1"), as: UTF8.self).dropFirst(9).dropLast(2)),\#(String(decoding: jwks("k2"), as: UTF8.self).dropFirst(9).dropLast(2))]}"#
-        FileManager.default.createFile(atPath: jwksPath, contents: Data(both.utf8))
+        _ = FileManager.default.createFile(atPath: jwksPath, contents: Data(both.utf8))
         let file2 = try JWKSFile(path: jwksPath)
         let retry = TokenVerifier(key: { file2.key($0) }, requireToken: true)
         let outcome = try store.retryQuarantine { raw in
