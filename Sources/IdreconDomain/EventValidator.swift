@@ -87,7 +87,8 @@ public enum EventValidator {
         let declined = try fields.optionalStringArray(.declinedPermissions)
 
         let nonce = try fields.optionalString(.nonce)
-        if let nonce, nonce.isASCII ? !isASCIINonce(nonce.utf8) : nonce.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
+        if let nonce, nonce.isASCII ? !isASCIINonce(nonce.utf8)
+                                    : nonce.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
             throw Rejection(.invalidField, "field 'nonce' must be non-empty without whitespace")
         }
         let idToken = try fields.optionalString(.idToken)

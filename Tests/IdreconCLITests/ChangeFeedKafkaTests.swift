@@ -74,7 +74,8 @@ func changeRecord(_ record: KafkaPartitionReader.Record, feedID: String) -> (cha
             // and not yet delivered (odd ones: while it sends).
             let deadline = Date().addingTimeInterval(60)
             while p.isRunning, Date() < deadline,
-                  round % 2 == 0 ? storedOffsets(db) < consumed + 300 : feed().map({ $0.lastChange <= $0.sentChange }) ?? true {
+                  round % 2 == 0
+                      ? storedOffsets(db) < consumed + 300 : feed().map({ $0.lastChange <= $0.sentChange }) ?? true {
                 usleep(2_000)
             }
             usleep(UInt32(rng.next() % (round % 2 == 0 ? 100_000 : 20_000)))
@@ -100,7 +101,8 @@ func changeRecord(_ record: KafkaPartitionReader.Record, feedID: String) -> (cha
         #expect(try run(Binaries.idrecon, ["ingest", file, "--db", db]).status == 0)
         let store = try EventStore(path: db)
         _ = try store.backup(to: s.path("backup.sqlite")) // then more is decided, and everything sent
-        _ = FileManager.default.createFile(atPath: s.path("more.jsonl"), contents: Data(lines[5_000..<6_000].flatMap { $0 + [0x0A] }))
+        _ = FileManager.default.createFile(
+            atPath: s.path("more.jsonl"), contents: Data(lines[5_000..<6_000].flatMap { $0 + [0x0A] }))
         #expect(try run(Binaries.idrecon, ["ingest", s.path("more.jsonl"), "--db", db]).status == 0)
         let pending = try store.pendingChanges(after: 0, limit: .max)
         #expect(pending.count > 50)

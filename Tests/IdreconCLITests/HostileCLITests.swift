@@ -80,7 +80,8 @@ import Testing
         chmod(dir, 0o1777)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let input = dir + "/one.jsonl", db = dir + "/db.sqlite"
-        _ = FileManager.default.createFile(atPath: input, contents: Data((Self.eventLine + "\n").utf8), attributes: [.posixPermissions: 0o644])
+        _ = FileManager.default.createFile(
+            atPath: input, contents: Data((Self.eventLine + "\n").utf8), attributes: [.posixPermissions: 0o644])
         func idrecon(as user: String, _ arguments: [String]) throws -> RunResult {
             try run(runuser, ["-u", user, "--", Binaries.idrecon] + arguments)
         }
