@@ -31,7 +31,9 @@ public final class ConsumerMonitor: @unchecked Sendable {
 
     // swift-metrics objects over handlers made by the registry, so that every metric has
     // its help text (Prometheus' own checker requires one).
-    private func gauge(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Meter {
+    private static func gauge(
+        _ registry: PrometheusCollectorRegistry, _ name: String, _ help: String, _ labels: [(String, String)] = []
+    ) -> Meter {
         Meter(label: name, dimensions: labels,
               handler: registry.makeGauge(descriptor: Self.described(name, help), labels: labels))
     }
@@ -51,9 +53,7 @@ public final class ConsumerMonitor: @unchecked Sendable {
             CoreMetrics.Counter(label: name, dimensions: labels,
                                 handler: registry.makeCounter(descriptor: Self.described(name, help), labels: labels))
         }
-        func gauge(_ name: String, _ help: String) -> Meter {
-            Meter(label: name, dimensions: [], handler: registry.makeGauge(descriptor: Self.described(name, help)))
-        }
+        func gauge(_ name: String, _ help: String) -> Meter { Self.gauge(registry, name, help) }
         read = counter("idrecon_records_read_total", "Records read from Kafka.")
         appended = counter("idrecon_records_appended_total", "Records appended to the event log.")
         duplicates = counter("idrecon_records_duplicate_total", "Records that repeated a logged event (counted, not appended).")
@@ -133,8 +133,10 @@ public final class ConsumerMonitor: @unchecked Sendable {
                 let gauges = lock.withLock {
                     if let known = partitionGauges[partition] { return known }
                     let labels = [("topic", topic), ("partition", String(partition))]
-                    let made = (gauge("idrecon_partition_stored_offset", "Next offset to read, as stored in SQLite.", labels),
-                                gauge("idrecon_partition_lag_records", "Records on the broker after the stored offset.", labels))
+                    func gauge(_ name: String, _ help: String) -> Meter { Self.gauge(registry, name, help, labels) }
+                    let made = (
+                        gauge("idrecon_partition_stored_offset", "Next offset to read, as stored in SQLite."),
+                        gauge("idrecon_partition_lag_records", "Records on the broker after the stored offset."))
                     partitionGauges[partition] = made
                     return made
                 }

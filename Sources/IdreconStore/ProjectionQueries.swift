@@ -115,13 +115,10 @@ extension EventStore {
     public func access(
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        guard asids.count >= SplitReader.minimumBatch else {
+        try splitReaders.lend(path, batch: asids.count) { reader throws(IdreconError) in
+            if let reader { return try reader.access(asids, asOf: asOf) }
             return try read { db in try Self.access(db, asids, asOf: asOf) }
         }
-        let reader = splitReaders.enter(path)
-        defer { splitReaders.leave() }
-        if let reader { return try reader.access(asids, asOf: asOf) }
-        return try read { db in try Self.access(db, asids, asOf: asOf) }
     }
 
     static func access(

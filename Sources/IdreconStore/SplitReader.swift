@@ -29,12 +29,10 @@ final class SplitReader: Sendable {
     /// and the one that ends it (on the helper's, or the caller's when the helper never started).
     private let upper: DatabaseQueue
     private let helper: DispatchQueue
-    private let path: String
     /// Runs between the two snapshots (tests commit there).
     private let betweenSnapshots: (@Sendable () -> Void)?
 
     init(path: String, betweenSnapshots: (@Sendable () -> Void)? = nil) throws(IdreconError) {
-        self.path = path
         self.betweenSnapshots = betweenSnapshots
         // About half of the key space each: half the cache of a connection that reads all of it.
         let cacheKiB = EventStore.pageCacheKiB / 2
@@ -212,9 +210,20 @@ final class SplitReader: Sendable {
 
         private let state = Mutex(State())
 
+        /// Runs `body` with the pair when the batch, of `count` ASIDs, is worth splitting
+        /// (`minimumBatch`) and no other batch is being read; otherwise with nil.
+        func lend<T, E: Error>(
+            _ path: String, batch count: Int, _ body: (SplitReader?) throws(E) -> T
+        ) throws(E) -> T {
+            guard count >= SplitReader.minimumBatch else { return try body(nil) }
+            let reader = enter(path)
+            defer { leave() }
+            return try body(reader)
+        }
+
         /// Counts a batch in, and lends it the pair if it is the only one (opening the pair
         /// the first time; a pair that cannot be opened is not tried again).
-        func enter(_ path: String) -> SplitReader? {
+        private func enter(_ path: String) -> SplitReader? {
             let (pair, open) = state.withLock { state -> (SplitReader?, Bool) in
                 state.batches += 1
                 guard state.batches == 1 else { return (nil, false) }
@@ -228,6 +237,6 @@ final class SplitReader: Sendable {
         }
 
         /// Counts a batch out.
-        func leave() { state.withLock { $0.batches -= 1 } }
+        private func leave() { state.withLock { $0.batches -= 1 } }
     }
 }
