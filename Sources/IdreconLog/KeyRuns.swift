@@ -120,9 +120,9 @@ package struct KeyRuns {
         var cachedOpen: Open?
         swap(&cachedOpen, &cache.open)
         var open: Open?
-        // Not the filters and fences, which a writer's cache nearly always holds: a column after
-        // a filter (its first_seq, its fences) walks the filter's overflow pages, and a filter is
+        // Not the filters and fences, which a writer's cache nearly always holds: a filter is
         // copied out whole (the runs of a 10M log: 26 MB for each transaction, in fresh pages).
+        // They are the rows' last columns, past the page, read only when selected (v19).
         let rows = try Row.fetchAll(db, sql: """
             SELECT run, tier, keys, sealed, generation, first_seq FROM key_runs WHERE name = ? ORDER BY run
             """, arguments: [table])

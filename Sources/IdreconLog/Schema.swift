@@ -632,6 +632,35 @@ package enum Schema {
                 try db.execute(sql: table.drop)
             }
         }
+        migrator.registerMigration("v19-key-runs-by-rowid") { db in
+            // `key_runs` was WITHOUT ROWID: its rows were its B-tree's keys, and SQLite compares
+            // a key whose record overflows its page by reading the whole record. A sealed run's
+            // filter overflows (4 MB for 2.5M keys), so every writer transaction's read of a
+            // table's runs (`WHERE name = ?`) and update of its open run read every filter: at
+            // 8M events ~0.06 pages per appended event, growing with the log. As a rowid table
+            // whose key is an index of small entries, a lookup compares those and reads a row's
+            // leading columns from its page; the filter and fences, last, only when selected.
+            try db.execute(sql: """
+                CREATE TABLE key_runs_v19 (
+                    id         INTEGER PRIMARY KEY,
+                    name       TEXT NOT NULL,
+                    run        INTEGER NOT NULL CHECK (run > 0),
+                    tier       INTEGER NOT NULL CHECK (tier >= 0),
+                    keys       INTEGER NOT NULL CHECK (keys >= 0),
+                    sealed     INTEGER NOT NULL CHECK (sealed IN (0, 1)),
+                    generation INTEGER NOT NULL,
+                    first_seq  INTEGER CHECK ((first_seq IS NULL) = (sealed = 1) AND (first_seq IS NULL OR first_seq > 0)),
+                    filter     BLOB CHECK (filter IS NULL OR sealed = 1),
+                    fences     BLOB CHECK (fences IS NULL OR sealed = 1),
+                    UNIQUE (name, run)
+                ) STRICT;
+                INSERT INTO key_runs_v19 (name, run, tier, keys, sealed, generation, first_seq, filter, fences)
+                    SELECT name, run, tier, keys, sealed, generation, first_seq, filter, fences FROM key_runs ORDER BY name, run;
+                DROP TABLE key_runs;
+                ALTER TABLE key_runs_v19 RENAME TO key_runs;
+                CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
+                """)
+        }
         return migrator
     }
 }
