@@ -649,13 +649,15 @@ package enum Schema {
                     keys       INTEGER NOT NULL CHECK (keys >= 0),
                     sealed     INTEGER NOT NULL CHECK (sealed IN (0, 1)),
                     generation INTEGER NOT NULL,
-                    first_seq  INTEGER CHECK ((first_seq IS NULL) = (sealed = 1) AND (first_seq IS NULL OR first_seq > 0)),
+                    first_seq  INTEGER CHECK ((first_seq IS NULL) = (sealed = 1)
+                                              AND (first_seq IS NULL OR first_seq > 0)),
                     filter     BLOB CHECK (filter IS NULL OR sealed = 1),
                     fences     BLOB CHECK (fences IS NULL OR sealed = 1),
                     UNIQUE (name, run)
                 ) STRICT;
                 INSERT INTO key_runs_v19 (name, run, tier, keys, sealed, generation, first_seq, filter, fences)
-                    SELECT name, run, tier, keys, sealed, generation, first_seq, filter, fences FROM key_runs ORDER BY name, run;
+                    SELECT name, run, tier, keys, sealed, generation, first_seq, filter, fences
+                    FROM key_runs ORDER BY name, run;
                 DROP TABLE key_runs;
                 ALTER TABLE key_runs_v19 RENAME TO key_runs;
                 CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;

@@ -12,8 +12,13 @@ import Testing
     static let shape = KeyRuns.Shape(firstCapacity: 5, fanOut: 3)
     static let source = KeyRuns.Source(sql: "SELECT seq, key_hash FROM test_keys WHERE seq >= ?") { $0.int(1) }
 
-    static func database() throws -> DatabaseQueue {
+    /// A new database with `test_keys`; `pageSize`, when given, its pages' size (small pages make
+    /// small chunks, and filters that overflow).
+    static func database(pageSize: Int? = nil) throws -> DatabaseQueue {
         let queue = try DatabaseQueue()
+        if let pageSize {
+            try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA page_size = \(pageSize); VACUUM") }
+        }
         try Schema.migrator.migrate(queue)
         try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
         return queue
@@ -160,10 +165,7 @@ import Testing
     /// Keys that share a hash across chunk boundaries (small pages: 24 pairs to a chunk) are
     /// all found, in sealed and merged runs.
     @Test func aHashAcrossChunksIsFoundInEach() throws {
-        let queue = try DatabaseQueue()
-        try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA page_size = 512; VACUUM") }
-        try Schema.migrator.migrate(queue)
-        try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
+        let queue = try Self.database(pageSize: 512)
         let shape = KeyRuns.Shape(firstCapacity: 100, fanOut: 3)
         var rng = SeededGenerator(seed: 5)
         var writer = Writer()
@@ -191,13 +193,11 @@ import Testing
 
     /// A writer's transaction reads its runs' rows, not their filters: the pages it touches to
     /// open a table's runs and store what changed grow with the runs (a few per tier), not with
-    /// their filters (small pages, so that each filter overflows onto several). As the rows of a `WITHOUT ROWID`
-    /// table (before v19) every lookup read every filter: 0.06 pages per event of a 10M append.
+    /// their filters (small pages, so that each filter overflows onto several). As the rows of a
+    /// `WITHOUT ROWID` table (before v19) every lookup read every filter: 0.06 pages per event of
+    /// a 10M append.
     @Test func aTransactionReadsNoFilter() throws {
-        let queue = try DatabaseQueue()
-        try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA page_size = 1024; VACUUM") }
-        try Schema.migrator.migrate(queue)
-        try queue.write { db in try db.execute(sql: "CREATE TABLE test_keys (seq INTEGER PRIMARY KEY, key_hash INTEGER NOT NULL)") }
+        let queue = try Self.database(pageSize: 1024)
         let shape = KeyRuns.Shape(firstCapacity: 2000, fanOut: 8)
         var writer = Writer()
         var seq: Int64 = 0
