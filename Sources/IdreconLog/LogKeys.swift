@@ -49,8 +49,8 @@ package enum LogKeys {
     }
 
     /// Inserts the keys `suspend` left out, sorted by SQLite, and keeps them again (nothing
-    /// when they are kept): every writer does when it opens the database and before the
-    /// projections catch up.
+    /// when they are kept): before any fold (`ProjectionEngine.catchUp`), when a pipeline has
+    /// caught up, and before a rebuild whose scan does not hand them over (`Sink`).
     package static func restore(_ db: Database) throws {
         guard let through = try keyedThrough(db) else { return }
         try db.execute(sql: """

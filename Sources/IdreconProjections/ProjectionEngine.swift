@@ -106,6 +106,9 @@ package enum ProjectionEngine {
         _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64, through last: Int64 = .max,
         projections: [any Projection.Type]? = nil, chunks: Int = .max, feed: ChangeFeedWriter? = nil
     ) throws -> (cursor: Int64, events: Int64) {
+        // A late event's refold finds the events of its device or ASID through the log's
+        // keys: a fold needs every one of them (none is left out outside a bulk append).
+        try LogKeys.restore(db)
         var cursor = cursor, events: Int64 = 0
         let read = try BulkStatement(cached: db, """
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT \(catchUpChunk)
@@ -148,9 +151,6 @@ package enum ProjectionEngine {
         // Asked once per appending transaction: two integers, and the state only when due.
         let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
         guard lag >= max(1, minimum ?? Int64(catchUpChunk - appended)) else { return 0 }
-        // A late event's refold finds the events of its device or ASID through the log's
-        // keys: a fold needs every one of them (none is left out outside a bulk append).
-        try LogKeys.restore(db)
         let state = try ProjectionState.load(db, registry: registry)
         try ProjectionCursors.level(db, state)
         let feed = try ChangeFeedWriter(db, appliedSeq: state.appliedSeq)

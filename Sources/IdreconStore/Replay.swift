@@ -32,9 +32,15 @@ extension EventStore {
     ) throws(IdreconError) -> ReplayReport {
         try holdingReplayLock("replay failed on \(path)", waiting: waiting) {
             let started = Date()
+            // Keys a killed bulk append left out are handed over by the first scan, as in
+            // `buildBehindProjections`.
+            var fillingKeys = true
             while true {
                 let purpose: RebuildPurpose = verifyOnly ? .verify : .replay(comparing: comparing)
-                let attempt = try rebuild(config: newConfig, purpose: purpose, partitionSize: partitionSize, progress: progress)
+                let attempt = try rebuild(
+                    config: newConfig, purpose: purpose, partitionSize: partitionSize, fillingKeys: fillingKeys,
+                    progress: progress)
+                fillingKeys = false
                 if var report = attempt {
                     report.seconds = Date().timeIntervalSince(started)
                     return report
