@@ -39,7 +39,7 @@ import Testing
         try next.catchUpProjections()
         #expect(try keysKept(store))
 
-        // Killed after dropping them again, then replayed: the replay's scan hands them over.
+        // Killed after dropping them again, then replayed: the replay inserts them (from its scan).
         #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
         let later = BatchValidator.validate((9...12).map {
             (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0)))
