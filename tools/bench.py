@@ -89,30 +89,29 @@ def timed(name, cmd, started=None, **kw):
     return wall, rss, out, err
 
 
-def projections_level(path):
-    """Whether the projections of the database at path have applied every logged event (a consumer's
-    bulk build or catch-up done), read-only; False before it is created."""
+def read_only_value(path, sql, args=()):
+    """The first column of the first row of sql on the database at path, read-only; None before the
+    database or its tables exist (not created or migrated yet)."""
     if not os.path.exists(path):
-        return False
+        return None
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
-            row = conn.execute("SELECT applied_seq >= (SELECT coalesce(max(seq), 0) FROM events) FROM projection_meta").fetchone()
-            return bool(row and row[0])
+            row = conn.execute(sql, args).fetchone()
+            return row and row[0]
     except sqlite3.OperationalError:
-        return False
+        return None
+
+
+def projections_level(path):
+    """Whether the projections of the database at path have applied every logged event (a consumer's
+    bulk build or catch-up done); False before it is created."""
+    return bool(read_only_value(path, "SELECT applied_seq >= (SELECT coalesce(max(seq), 0) FROM events) FROM projection_meta"))
 
 
 def committed_records(path, kind):
     """Records a consumer (kind "kafka") or a file ingest ("file") has committed to the database at
-    path (its stored positions), read-only; 0 before it starts."""
-    if not os.path.exists(path):
-        return 0
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
-            row = conn.execute("SELECT sum(records) FROM consumed_positions WHERE source LIKE ?", (kind + ":%",)).fetchone()
-            return row[0] or 0
-    except sqlite3.OperationalError:
-        return 0  # not created or migrated yet
+    path (its stored positions); 0 before it starts."""
+    return read_only_value(path, "SELECT sum(records) FROM consumed_positions WHERE source LIKE ?", (kind + ":%",)) or 0
 
 
 class Progress:
