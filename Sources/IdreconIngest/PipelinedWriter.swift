@@ -87,7 +87,7 @@ public final class PipelinedWriter: @unchecked Sendable {
             backlog = events
             guard let bulkFrom, !deferring, lock.withLock({ failure == nil }) else { return }
             do throws(IdreconError) {
-                deferring = try store.prepareBulkBuild(from: bulkFrom, expecting: events)
+                deferring = try store.bulkBuildDue(from: bulkFrom, expecting: events)
             } catch {
                 stop(error)
             }

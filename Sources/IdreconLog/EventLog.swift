@@ -52,7 +52,7 @@ extension IdreconError {
 package enum EventLog {
     package static func append(
         _ db: Database, _ records: [IncomingRecord], positions: [ConsumedPosition], forgotten: ForgottenASIDs,
-        keys unique: inout UniqueKeys
+        keys unique: inout LogKeyRuns
     ) throws -> BatchOutcome {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var outcome = BatchOutcome()
@@ -67,7 +67,6 @@ package enum EventLog {
         // pages then come in runs, and a scan of `events` reads runs of adjacent pages
         // instead of every third page of the file (schemas/sql.md, "Payloads apart").
         var payloads: [(seq: Int64, image: LoggedEvent.Image)] = []
-        var keys = try LogKeys.appending(db)
         /// The logged payload of the event at `seq`, from this batch's rows or the table.
         func loggedPayload(_ seq: Int64) throws -> String? {
             if let first = payloads.first, seq >= first.seq { // seqs rise through the batch
@@ -158,7 +157,7 @@ package enum EventLog {
                 unique.eventIDs.add(hash: eventIDHash, seq: seq)
                 if let nonceHash { unique.nonces.add(hash: nonceHash, seq: seq) }
                 payloads.append((seq, image))
-                keys?.add(seq: seq, image)
+                unique.add(seq: seq, image)
                 inserted = true
             }
             let existing = try logged.flatMap(loggedPayload)
@@ -183,7 +182,6 @@ package enum EventLog {
             }
         }
         for (seq, image) in payloads { try image.insertPayload(insertPayload, seq: seq) }
-        try keys?.write(db)
         if outcome.duplicates > 0 {
             try db.execute(
                 sql: "INSERT INTO counters (name, value) VALUES ('duplicates', ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",

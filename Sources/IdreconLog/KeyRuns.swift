@@ -2,15 +2,16 @@ import Foundation
 import GRDB
 import IdreconDomain
 
-/// A set of unique keys of the log, each held by the `seq` of one event, kept as the keys'
+/// A set of keys of the log, each held by the `seq` of one event or more, kept as the keys'
 /// 64-bit hashes in sorted runs (a size-tiered log-structured merge inside SQLite). A sealed
 /// run is a sequence of chunks, each one row of the set's table (`id` = run << 32 | chunk,
 /// `keys` = its (hash, seq) pairs in order, 16 bytes each, a page's worth), with the first
-/// hash of each chunk (`key_runs.fences`) and a Bloom filter (`key_runs.filter`).
+/// hash of each chunk (`key_runs.fences`) and, for keys the append searches, a Bloom filter
+/// (`key_runs.filter`).
 ///
 /// The newest keys, those of the events from the open run's `first_seq` on, are not in the
-/// table: the log's own rows hold them, and the writer keeps them in memory (a dictionary by
-/// hash) between its transactions. At `firstCapacity` keys they are written, sorted, as one
+/// table: the log's own rows hold them, and the writer keeps them in memory (`OpenLayout`)
+/// between its transactions. At `firstCapacity` keys they are written, sorted, as one
 /// sealed run at the table's end, and the open run starts after them. `fanOut` sealed runs of
 /// one tier are merged into one run of the next, in key order, in the same transaction.
 ///
@@ -26,7 +27,9 @@ import IdreconDomain
 /// A new key, nearly every key an append sees, is known free by the filters without a
 /// search. A hash that a run's filter may hold is searched in the one chunk its fences name,
 /// and the caller compares the keys of the events found: hashes collide, keys do not.
-/// Uniqueness is the append's: it adds a key (`add`) only when no event holds it (`holder`).
+/// Uniqueness, for the unique keys, is the append's: it adds a key (`add`) only when no event
+/// holds it (`holder`). A lookup key (a device's events) is added with every event that has it,
+/// and `seqs` finds them all: in the open run and in each run whose filter may hold it.
 package struct KeyRuns {
     /// When runs are sealed and merged.
     package struct Shape: Sendable {
@@ -52,11 +55,20 @@ package struct KeyRuns {
         package let sql: String
         /// The hash of the key of a row of `sql`.
         package let hash: @Sendable (BulkStatement.Reader) -> Int64
+        /// How the open run holds the keys (`OpenLayout`).
+        package let layout: OpenLayout
 
-        package init(sql: String, hash: @escaping @Sendable (BulkStatement.Reader) -> Int64) {
-            (self.sql, self.hash) = (sql, hash)
+        package init(sql: String, layout: OpenLayout = .byHash, hash: @escaping @Sendable (BulkStatement.Reader) -> Int64) {
+            (self.sql, self.layout, self.hash) = (sql, layout, hash)
         }
     }
+
+    /// How the open run holds its keys: by hash, for keys the append searches before it adds each
+    /// (unique keys), or listed in the order added, for keys only a rare lookup searches (the
+    /// log's lookup keys: a late event's refold), which scans the list. Listed, an append adds a
+    /// key for 16 bytes and no hashing (by hash: a 1M `ingest` spent 3-4 % more of its CPU in
+    /// the dictionaries of the two lookup keys).
+    package enum OpenLayout: Sendable { case byHash, listed }
 
     /// What a writer keeps of a table's runs between its transactions: each sealed run's
     /// filter and the open run's keys, with the generation of the run they were made from. An
@@ -74,7 +86,8 @@ package struct KeyRuns {
         var keys: Int64
         /// Random, new with each run: a run id used again after a rollback is told apart.
         var generation: Int64
-        var filter: BloomFilter
+        /// None for a listed table's runs (`OpenLayout.listed`): a lookup searches each of them.
+        var filter: BloomFilter?
         /// The first hash of each chunk.
         var fences: [Int64]
         var changed = false
@@ -86,25 +99,75 @@ package struct KeyRuns {
         var firstSeq: Int64
         /// Random, new with each change of the open run.
         var generation: Int64
-        /// Hash → seq; the rare second key of a hash in `collisions`.
-        var seqs: [Int64: Int64] = [:]
-        var collisions: [(hash: Int64, seq: Int64)] = []
+        let layout: OpenLayout
+        /// By hash: hash → seq, the rare further seqs of a hash (a collision) in `more`.
+        private var seqs: [Int64: Int64] = [:]
+        private var more: [Int64: [Int64]] = [:]
+        /// Listed: the hashes and their seqs in the order added.
+        private var hashes: [Int64] = [], listedSeqs: [Int64] = []
+        private(set) var count = 0
         var lastSeq: Int64 = 0
         var changed = false
 
-        var count: Int { seqs.count + collisions.count }
+        init(id: Int64, firstSeq: Int64, generation: Int64, layout: OpenLayout, changed: Bool = false) {
+            (self.id, self.firstSeq, self.generation, self.layout, self.changed) = (id, firstSeq, generation, layout, changed)
+        }
 
         mutating func add(hash: Int64, seq: Int64) {
-            if let held = seqs.updateValue(seq, forKey: hash) {
-                seqs[hash] = held
-                collisions.append((hash, seq))
+            switch layout {
+            case .byHash:
+                if let held = seqs.updateValue(seq, forKey: hash) {
+                    seqs[hash] = held
+                    more[hash, default: []].append(seq)
+                }
+            case .listed:
+                hashes.append(hash)
+                listedSeqs.append(seq)
             }
+            count += 1
             lastSeq = max(lastSeq, seq)
+        }
+
+        /// Calls `body` with each seq held under `hash` while it returns true; returns whether it always did.
+        func each(_ hash: Int64, _ body: (Int64) throws -> Bool) rethrows -> Bool {
+            switch layout {
+            case .byHash:
+                if let seq = seqs[hash], try !body(seq) { return false }
+                for seq in more[hash] ?? [] where try !body(seq) { return false }
+            case .listed:
+                for i in hashes.indices where hashes[i] == hash {
+                    if try !body(listedSeqs[i]) { return false }
+                }
+            }
+            return true
+        }
+
+        /// Every pair, in no order.
+        var pairs: [(hash: Int64, seq: Int64)] {
+            switch layout {
+            case .byHash:
+                var pairs = seqs.map { (hash: $0.key, seq: $0.value) }
+                pairs.reserveCapacity(count)
+                for (hash, seqs) in more { for seq in seqs { pairs.append((hash, seq)) } }
+                return pairs
+            case .listed:
+                return hashes.indices.map { (hashes[$0], listedSeqs[$0]) }
+            }
+        }
+
+        /// Room for `keys` keys.
+        mutating func reserve(_ keys: Int) {
+            switch layout {
+            case .byHash: seqs.reserveCapacity(keys)
+            case .listed: (hashes.reserveCapacity(keys), listedSeqs.reserveCapacity(keys))
+            }
         }
     }
 
     private let table: String
     private let shape: Shape
+    /// Whether sealed runs have filters: those of keys the append searches (`OpenLayout.byHash`).
+    private let filtered: Bool
     private var sealed: [Sealed] = []
     private var open: Open
     /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
@@ -117,6 +180,7 @@ package struct KeyRuns {
     package init(_ db: Database, table: String, source: Source, cache: inout Cache, shape: Shape = .standard) throws {
         self.table = table
         self.shape = shape
+        filtered = source.layout == .byHash
         var cachedOpen: Open?
         swap(&cachedOpen, &cache.open)
         var open: Open?
@@ -137,18 +201,18 @@ package struct KeyRuns {
                     open = consume cachedOpen
                     cachedOpen = nil
                 } else {
-                    open = try Self.read(db, source, Open(id: id, firstSeq: firstSeq, generation: generation))
+                    open = try Self.read(db, source, Open(id: id, firstSeq: firstSeq, generation: generation, layout: source.layout))
                     open!.changed = open!.count != keys
                 }
                 continue
             }
-            var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: BloomFilter(keys: 0), fences: [])
+            var run = Sealed(id: id, tier: row[1], keys: keys, generation: generation, filter: nil, fences: [])
             if let cached = cache.sealed[id], cached.generation == generation, cached.keys == keys {
                 (run.filter, run.fences) = (cached.filter, cached.fences)
-            } else if let stored = try Self.stored(db, table, run: id) {
+            } else if let stored = try Self.stored(db, table, run: id, filtered: filtered) {
                 (run.filter, run.fences) = stored
             } else { // a run made by a migration has no filter yet
-                (run.filter, run.fences) = try Self.scan(db, table, run: id, keys: keys)
+                (run.filter, run.fences) = try Self.scan(db, table, run: id, keys: keys, filtered: filtered)
                 run.changed = true
             }
             sealed.append(run)
@@ -178,9 +242,11 @@ package struct KeyRuns {
         return open
     }
 
-    /// A filter of the hashes in `run`, sized for `keys` keys, and its fences, from its chunks.
-    private static func scan(_ db: Database, _ table: String, run: Int64, keys: Int64) throws -> (BloomFilter, [Int64]) {
-        var filter = BloomFilter(keys: Int(clamping: keys))
+    /// A filter of the hashes in `run` (when `filtered`), sized for `keys` keys, and its fences, from its chunks.
+    private static func scan(
+        _ db: Database, _ table: String, run: Int64, keys: Int64, filtered: Bool
+    ) throws -> (BloomFilter?, [Int64]) {
+        var filter = filtered ? BloomFilter(keys: Int(clamping: keys)) : nil
         var fences: [Int64] = []
         try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id BETWEEN ? AND ? ORDER BY id")
             .each({ $0.add(chunkID(run, 0)); $0.add(chunkID(run, Int(UInt32.max))) }) { row in
@@ -188,7 +254,7 @@ package struct KeyRuns {
                 for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
                     let hash = pairs.int64(at: offset / 8)
                     if offset == 0 { fences.append(hash) }
-                    filter.insert(hash)
+                    filter?.insert(hash)
                 }
             }
         return (filter, fences)
@@ -223,26 +289,24 @@ package struct KeyRuns {
         return holder
     }
 
-    /// A sealed run's filter and fences as `key_runs` stores them; nil when it holds none.
-    private static func stored(_ db: Database, _ table: String, run id: Int64) throws -> (BloomFilter, [Int64])? {
-        let sql = "SELECT filter, fences FROM key_runs WHERE name = ? AND run = ?"
-        let row = try Row.fetchOne(db, sql: sql, arguments: [table, id])
-        guard let row, let bytes = (row[0] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes),
-              let fences = (row[1] as Data?).flatMap(Self.fences)
-        else { return nil }
+    /// A sealed run's filter (when `filtered`) and fences as `key_runs` stores them; nil when it holds none.
+    private static func stored(_ db: Database, _ table: String, run id: Int64, filtered: Bool) throws -> (BloomFilter?, [Int64])? {
+        let sql = filtered ? "SELECT fences, filter FROM key_runs WHERE name = ? AND run = ?"
+            : "SELECT fences FROM key_runs WHERE name = ? AND run = ?"
+        guard let row = try Row.fetchOne(db, sql: sql, arguments: [table, id]),
+              let fences = (row[0] as Data?).flatMap(Self.fences) else { return nil }
+        guard filtered else { return (nil, fences) }
+        guard let bytes = (row[1] as Data?).map(Array.init), let filter = BloomFilter(bytes: bytes) else { return nil }
         return (filter, fences)
     }
 
     /// Calls `body` with each `seq` held under `hash` while it returns true.
     private func each(_ hash: Int64, _ body: (Int64) throws -> Bool) throws {
-        if let seq = open.seqs[hash], try !body(seq) { return }
-        for key in open.collisions where key.hash == hash {
-            if try !body(key.seq) { return }
-        }
+        guard try open.each(hash, body) else { return }
         // By index: a `Sealed` copied out of the array would retain and release its filter.
         let mixed = BloomFilter.mix(hash)
-        for index in sealed.indices { sealed[index].filter.prefetch(mixed: mixed) }
-        for index in sealed.indices where sealed[index].filter.mayContain(mixed: mixed) {
+        for index in sealed.indices { sealed[index].filter?.prefetch(mixed: mixed) }
+        for index in sealed.indices where sealed[index].filter?.mayContain(mixed: mixed) ?? true {
             if try !search(index, hash, body) { return }
         }
     }
@@ -303,13 +367,13 @@ package struct KeyRuns {
     /// Writes the open run's keys, in key order, as a sealed run of tier 0; the open run then
     /// starts after its last event.
     private mutating func seal(_ db: Database) throws {
-        var keys = open.seqs.map { (hash: $0.key, seq: $0.value) } + open.collisions
+        var keys = open.pairs
         keys.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
-        var writer = try ChunkWriter(db, table, run: nextID, keys: keys.count, chunkKeys: chunkKeys)
+        var writer = try ChunkWriter(db, table, run: nextID, keys: keys.count, chunkKeys: chunkKeys, filtered: filtered)
         for key in keys { try writer.add(key.hash, key.seq) }
         sealed.append(try writer.finish(tier: 0, generation: Self.newGeneration()))
-        open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, changed: true)
-        open.seqs.reserveCapacity(shape.firstCapacity)
+        open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, layout: open.layout, changed: true)
+        open.reserve(shape.firstCapacity)
     }
 
     /// Merges the sealed runs of each tier that has `fanOut` of them into one run of the next.
@@ -369,7 +433,8 @@ package struct KeyRuns {
                 heads.append((cursor.pairs[0], cursor.pairs[1]))
             }
         }
-        var writer = try ChunkWriter(db, table, run: nextID, keys: Int(runs.reduce(0) { $0 + $1.keys }), chunkKeys: chunkKeys)
+        var writer = try ChunkWriter(
+            db, table, run: nextID, keys: Int(runs.reduce(0) { $0 + $1.keys }), chunkKeys: chunkKeys, filtered: filtered)
         while !heads.isEmpty {
             var least = 0
             for i in heads.indices.dropFirst() where heads[i] < heads[least] { least = i }
@@ -395,7 +460,7 @@ package struct KeyRuns {
                 try db.execute(sql: """
                     INSERT INTO key_runs (name, run, tier, keys, sealed, generation, filter, fences) VALUES (?, ?, ?, ?, 1, ?, ?, ?)
                     ON CONFLICT (name, run) DO UPDATE SET filter = excluded.filter, fences = excluded.fences
-                    """, arguments: [table, run.id, run.tier, run.keys, run.generation, Data(run.filter.bytes), fences])
+                    """, arguments: [table, run.id, run.tier, run.keys, run.generation, run.filter.map { Data($0.bytes) }, fences])
                 sealed[index].changed = false
             }
             cache.sealed[sealed[index].id] = sealed[index]
@@ -420,13 +485,13 @@ private struct ChunkWriter {
     private let chunkKeys: Int
     private var pairs: [Int64] = []
     private var fences: [Int64] = []
-    private var filter: BloomFilter
+    private var filter: BloomFilter?
     private var keys: Int64 = 0
 
-    init(_ db: Database, _ table: String, run: Int64, keys: Int, chunkKeys: Int) throws {
+    init(_ db: Database, _ table: String, run: Int64, keys: Int, chunkKeys: Int, filtered: Bool) throws {
         insert = try BulkStatement(cached: db, "INSERT INTO \(table) (id, keys) VALUES (?, ?)")
         (self.run, self.chunkKeys) = (run, chunkKeys)
-        filter = BloomFilter(keys: keys)
+        filter = filtered ? BloomFilter(keys: keys) : nil
         pairs.reserveCapacity(chunkKeys * 2)
     }
 
@@ -434,7 +499,7 @@ private struct ChunkWriter {
         if pairs.isEmpty { fences.append(hash) }
         pairs.append(hash.littleEndian)
         pairs.append(seq.littleEndian)
-        filter.insert(hash)
+        filter?.insert(hash)
         keys += 1
         if pairs.count == chunkKeys * 2 { try flush() }
     }
@@ -450,42 +515,6 @@ private struct ChunkWriter {
         try flush()
         return KeyRuns.Sealed(id: run, tier: tier, keys: keys, generation: generation, filter: filter, fences: fences,
                               changed: true)
-    }
-}
-
-/// The log's two unique keys for one transaction's appends: `event_id` (migration v16) and
-/// `(app_id, nonce)` (v15), in runs by `StableHash.key(event_id)` and
-/// `StableHash.key(app_id, nonce)`, their open runs read from `events`.
-package struct UniqueKeys {
-    /// A writer's filters and open keys of both, kept between its transactions (`KeyRuns.Cache`).
-    package struct Cache: Sendable {
-        fileprivate var eventIDs = KeyRuns.Cache()
-        fileprivate var nonces = KeyRuns.Cache()
-        package init() {}
-    }
-
-    static let eventIDSource = KeyRuns.Source(sql: "SELECT seq, event_id FROM events WHERE seq >= ?") { row in
-        StableHash.key(utf8: row.text(1) ?? UnsafeBufferPointer(start: nil, count: 0))
-    }
-    static let nonceSource = KeyRuns.Source(
-        sql: "SELECT seq, app_id, nonce FROM events WHERE seq >= ? AND nonce IS NOT NULL"
-    ) { row in
-        let empty = UnsafeBufferPointer<UInt8>(start: nil, count: 0)
-        return StableHash.key(utf8: row.text(1) ?? empty, row.text(2) ?? empty)
-    }
-
-    package var eventIDs: KeyRuns
-    package var nonces: KeyRuns
-
-    package init(_ db: Database, cache: inout Cache, shape: KeyRuns.Shape = .standard) throws {
-        eventIDs = try KeyRuns(db, table: "event_id_runs", source: Self.eventIDSource, cache: &cache.eventIDs, shape: shape)
-        nonces = try KeyRuns(db, table: "nonce_runs", source: Self.nonceSource, cache: &cache.nonces, shape: shape)
-    }
-
-    /// `KeyRuns.finish` of both.
-    package mutating func finish(_ db: Database, into cache: inout Cache) throws {
-        try eventIDs.finish(db, into: &cache.eventIDs)
-        try nonces.finish(db, into: &cache.nonces)
     }
 }
 

@@ -73,7 +73,7 @@ package struct LoggedEvent: Sendable {
     package static let friendSeparator = UInt8(ascii: ",")
 
     /// Inserts a row whose `event_id` and `(app_id, nonce)` the append found free
-    /// (`UniqueKeys`). The canonical payload goes to `event_payloads` under the row's `seq`
+    /// (`LogKeyRuns`). The canonical payload goes to `event_payloads` under the row's `seq`
     /// (`insertPayloadSQL`).
     static let insertSQL = """
         INSERT INTO events (event_id, type, occurred_at, app_id, device_id, asid, tracking, device_key, asid_key,

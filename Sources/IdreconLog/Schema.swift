@@ -663,6 +663,72 @@ package enum Schema {
                 CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
                 """)
         }
+        migrator.registerMigration("v20-log-keys-in-runs") { db in
+            // The log's lookup keys (a device's events, an ASID's logins: what the refold of a late
+            // event reads) move from rows `(tier, key, seq)` of v14's tables to sorted runs in
+            // chunks, as the unique keys are kept (v15-v19): an append inserted two B-tree rows
+            // per event, a bulk build inserted a killed or bulk append's keys beside its scanners
+            // (10M events with long friend lists: 18.8M rows, the scan 39-49 s against 26 s), and
+            // a lookup sought once per 2^18-event tier of the log. Each kind becomes one sealed
+            // run of the log's keys, of the tier of its size (2^18 x 8^tier keys), and an empty
+            // open run after the log's last event; its filter is made by the first writer.
+            let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
+            let pairsPerChunk = max(16, (pageSize - 128) / 16)
+            let lastSeq = try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM events") ?? 0
+            try db.execute(sql: """
+                CREATE TABLE device_key_runs (
+                    id   INTEGER PRIMARY KEY,
+                    keys BLOB NOT NULL CHECK (length(keys) > 0 AND length(keys) % 16 = 0)
+                ) STRICT;
+                CREATE TABLE login_key_runs (
+                    id   INTEGER PRIMARY KEY,
+                    keys BLOB NOT NULL CHECK (length(keys) > 0 AND length(keys) % 16 = 0)
+                ) STRICT;
+                """)
+            let kinds = [
+                (name: "device_key_runs", read: "SELECT device_key, seq FROM events ORDER BY device_key, seq",
+                 insert: "INSERT INTO device_key_runs (id, keys) VALUES (?, ?)"),
+                (name: "login_key_runs",
+                 read: "SELECT asid_key, seq FROM events WHERE type = 'login' AND asid_key IS NOT NULL ORDER BY asid_key, seq",
+                 insert: "INSERT INTO login_key_runs (id, keys) VALUES (?, ?)"),
+            ]
+            for kind in kinds {
+                let insert = try db.makeStatement(sql: kind.insert)
+                let run: Int64 = 1
+                var fences = Data(), chunk = Data()
+                var index: Int64 = 0, keys: Int64 = 0
+                func flush() throws {
+                    try insert.execute(arguments: [run << 32 | index, chunk])
+                    index += 1
+                    chunk.removeAll(keepingCapacity: true)
+                }
+                let rows = try Row.fetchCursor(db, sql: kind.read)
+                while let row = try rows.next() {
+                    let (hash, seq): (Int64, Int64) = (row[0], row[1])
+                    if chunk.isEmpty { withUnsafeBytes(of: hash.littleEndian) { fences.append(contentsOf: $0) } }
+                    withUnsafeBytes(of: hash.littleEndian) { chunk.append(contentsOf: $0) }
+                    withUnsafeBytes(of: seq.littleEndian) { chunk.append(contentsOf: $0) }
+                    keys += 1
+                    if chunk.count == pairsPerChunk * 16 { try flush() }
+                }
+                if !chunk.isEmpty { try flush() }
+                if keys > 0 {
+                    var tier = 0, capacity: Int64 = 1 << 21
+                    while keys >= capacity, tier < 13 { (tier, capacity) = (tier + 1, capacity * 8) }
+                    try db.execute(sql: """
+                        INSERT INTO key_runs (name, run, tier, keys, sealed, generation, fences) VALUES (?, ?, ?, ?, 1, 1, ?)
+                        """, arguments: [kind.name, run, tier, keys, fences])
+                }
+                try db.execute(sql: """
+                    INSERT INTO key_runs (name, run, tier, keys, sealed, generation, first_seq) VALUES (?, ?, 0, 0, 0, 1, ?)
+                    """, arguments: [kind.name, keys > 0 ? run + 1 : run, lastSeq + 1])
+            }
+            try db.execute(sql: """
+                DROP TABLE event_device_keys;
+                DROP TABLE event_login_keys;
+                DROP TABLE log_keys_suspended;
+                """)
+        }
         return migrator
     }
 }

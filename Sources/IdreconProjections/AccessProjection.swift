@@ -112,7 +112,7 @@ enum AccessProjection: Projection {
             if let stored, sorted[0].key < stored.key {
                 // A late login: fold the ASID's logins again from the log (which holds this
                 // batch's too), as the devices projection does for a late event.
-                fold = Fold.of(try rows.logged(asid, upTo: context.visibleSeq))
+                fold = Fold.of(try rows.logged(asid, upTo: context.visibleSeq, keys: context.keys))
                 try rows.deleteSpans(asid)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
@@ -162,9 +162,9 @@ enum AccessProjection: Projection {
         private let insertLast, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
+            // A login by its `seq`: the ASID's key is a hash, so the ASID is compared too.
             loggedLogins = try BulkStatement(cached: db, """
-                WITH RECURSIVE \(LogKeys.tiers)
-                SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq IN (\(LogKeys.loginSeqs)) AND asid = ?
+                SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq = ? AND asid = ?
                 """)
             loadLast = try BulkStatement(cached: db, "SELECT last_at, last_event, tracking FROM \(t.lastLogins) WHERE asid = ?")
             saveLast = try BulkStatement(cached: db, """
@@ -214,13 +214,14 @@ enum AccessProjection: Projection {
 
         func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }
 
-        /// The ASID's logins in the log up to `seq` (a late login's refold: one seek per tier
-        /// of the log, the rare path).
-        func logged(_ asid: String, upTo seq: Int64) throws -> [Login] {
+        /// The ASID's logins in the log up to `seq` (a late login's refold, the rare path).
+        func logged(_ asid: String, upTo seq: Int64, keys: LogKeys) throws -> [Login] {
             var logins: [Login] = []
-            try loggedLogins.each({ $0.add(StableHash.key(asid)); $0.add(seq); $0.add(asid) }) { row in
-                let event = LoggedEvent(row)
-                logins.append(Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID))
+            for seq in try keys.logins(StableHash.key(asid), through: seq) {
+                try loggedLogins.each({ $0.add(seq); $0.add(asid) }) { row in
+                    let event = LoggedEvent(row)
+                    logins.append(Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID))
+                }
             }
             return logins
         }

@@ -112,9 +112,9 @@ enum DevicesProjection: Projection {
         var byDevice: [ByteTextPair: [DeviceFact]] = [:]
         for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
         let rows = try Rows(context.db, context.tables)
+        // A device's event by its `seq`: its key is a hash, so the IDs are compared too.
         let refold = try BulkStatement(cached: context.db, """
-            WITH RECURSIVE \(LogKeys.tiers)
-            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq IN (\(LogKeys.deviceSeqs)) AND app_id = ? AND device_id = ?
+            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq = ? AND app_id = ? AND device_id = ?
             """)
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)
@@ -125,8 +125,8 @@ enum DevicesProjection: Projection {
                 // A late event: fold the device again from the log (which holds this
                 // transaction's events too).
                 var logged: [DeviceFact] = []
-                try refold.each({ $0.add(StableHash.key(app, id)); $0.add(context.visibleSeq); $0.add(app); $0.add(id) }) { row in
-                    logged.append(LoggedEvent(row).deviceFact)
+                for seq in try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq) {
+                    try refold.each({ $0.add(seq); $0.add(app); $0.add(id) }) { row in logged.append(LoggedEvent(row).deviceFact) }
                 }
                 logged.sort { $0.key < $1.key }
                 fold = Fold()

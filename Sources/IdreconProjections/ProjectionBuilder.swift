@@ -18,9 +18,6 @@ package struct ProjectionBuilder {
     let config: IdentityConfig
     /// Events per partition: a partition's facts are held in memory while folded.
     let partitionSize: Int
-    /// The threads that scan the log, each half of it.
-    package static let scanners = 2
-
     package init(tables: ProjectionTables, config: IdentityConfig, partitionSize: Int) {
         (self.tables, self.config, self.partitionSize) = (tables, config, partitionSize)
     }
@@ -40,15 +37,11 @@ package struct ProjectionBuilder {
     /// which bounds the events' count: counting them first read the whole events table (a cold
     /// 10M log: 3.7 s before the scan began, 0.3 s cached). The snapshots are not needed after
     /// this: releasing them lets the database checkpoint while `load` writes.
-    /// `keys` gets the log's keys of the events it is after (`LogKeys.Sink`), from each of
-    /// the `scanners`.
     /// `readAhead`, when given, reads each half's pages ahead of its scanner (`ReadAhead`).
     package func scan(
         _ snapshots: (DatabaseSnapshot, DatabaseSnapshot), lastSeq: Int64, spillDirectory: String,
-        keys: LogKeys.Sink? = nil, readAhead pool: DatabasePool? = nil
+        readAhead pool: DatabasePool? = nil
     ) throws -> ScannedFacts {
-        // Made first: whatever this throws, releasing them tells the sink the scan failed.
-        let collectors = keys.map { (LogKeys.Collector($0), LogKeys.Collector($0)) }
         let middle = lastSeq / 2
         let halves = (0...middle, (middle + 1)...max(middle + 1, lastSeq))
         // Started with the scanners: beside the samples' seeks, they left those waiting for the disk.
@@ -63,8 +56,8 @@ package struct ProjectionBuilder {
         guard partitions > 1 else {
             readAhead()
             var (facts, second) = try concurrently(
-                { try snapshots.0.read { db in try Facts(db, seqs: halves.0, keys: collectors?.0) } },
-                { try snapshots.1.read { db in try Facts(db, seqs: halves.1, keys: collectors?.1) } })
+                { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
+                { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
             let otherDevices = second.devices.take() // folded alongside, never concatenated
             facts.merge(&second)
             return .inMemory(Handoff((facts, otherDevices)))
@@ -74,11 +67,11 @@ package struct ProjectionBuilder {
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in
                 try SpilledFacts(
-                    db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: collectors?.0)
+                    db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory)
             } },
             { try snapshots.1.read { db in
                 try SpilledFacts(
-                    db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory, keys: collectors?.1)
+                    db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory)
             } })
         return .spilled(first, second, partitions: partitions)
     }
@@ -290,10 +283,10 @@ package struct ProjectionBuilder {
         init() {}
 
         /// The facts of the events in `seqs`.
-        init(_ db: Database, seqs: ClosedRange<Int64>, keys: LogKeys.Collector? = nil) throws {
+        init(_ db: Database, seqs: ClosedRange<Int64>) throws {
             var facts = Facts()
             facts.devices.reserveCapacity(seqs.count) // one row per event
-            try ProjectionBuilder.scan(db, seqs: seqs, keys: keys, device: { facts.devices.append($0) }) { login in
+            try ProjectionBuilder.scan(db, seqs: seqs, device: { facts.devices.append($0) }) { login in
                 facts.logins.append(login)
                 guard var friends = login.friends else { return }
                 var eventID = login.key.eventID
@@ -330,8 +323,7 @@ package struct ProjectionBuilder {
         let directory: String
 
         init(
-            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String,
-            keys: LogKeys.Collector?
+            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String
         ) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
@@ -341,8 +333,7 @@ package struct ProjectionBuilder {
                 logins: logins.map(Unmanaged.passUnretained), mentions: mentions.map(Unmanaged.passUnretained))
             try BulkStatement(db, """
                 SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
-                """).each { row in try spill.add(row, keys: keys) }
-            keys?.finish()
+                """).each { row in try spill.add(row) }
             (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
             (self.ranges, self.directory) = (ranges, directory)
         }
@@ -360,7 +351,7 @@ package struct ProjectionBuilder {
 
             /// One event's columns (`LoggedEvent.selectColumns`) as bytes.
             struct Event {
-                var seq: Int64, at: Int64, type: EventType, deviceKey: Int64, asidKey: Int64?, declinesFriends: Bool
+                var at: Int64, type: EventType, asidKey: Int64?, declinesFriends: Bool
                 /// The tracking as `DeviceEvents.code` spells it.
                 var tracking: UInt8
                 var eventID: UnsafeBufferPointer<UInt8>, app: UnsafeBufferPointer<UInt8>, device: UnsafeBufferPointer<UInt8>
@@ -368,26 +359,26 @@ package struct ProjectionBuilder {
                 var friends: UnsafeBufferPointer<UInt8>?
             }
 
-            /// Spills a row of `LoggedEvent.selectColumns` and hands its keys to `keys`. A row with
-            /// a text that is not valid UTF-8 is spilled as `LoggedEvent` decodes it (repaired).
-            func add(_ row: BulkStatement.Reader, keys: LogKeys.Collector?) throws {
+            /// Spills a row of `LoggedEvent.selectColumns`. A row with a text that is not valid
+            /// UTF-8 is spilled as `LoggedEvent` decodes it (repaired).
+            func add(_ row: BulkStatement.Reader) throws {
                 func valid(_ text: UnsafeBufferPointer<UInt8>?) -> Bool { text.map(JSONParser.isUTF8) ?? true }
                 let tracking = row.text(6), asid = row.text(7), email = row.text(10), tfb = row.text(11), friends = row.text(12)
                 guard let eventID = row.text(1), let app = row.text(3), let device = row.text(4), let type = row.text(5),
                       valid(eventID), valid(app), valid(device), valid(type), valid(tracking), valid(asid), valid(email),
                       valid(tfb), valid(friends)
-                else { return try add(LoggedEvent(row), keys: keys) }
+                else { return try add(LoggedEvent(row)) }
                 let code = DeviceEvents.code(tracking.flatMap { text -> Tracking? in
                     text.elementsEqual(Self.limited) ? .limited : text.elementsEqual(Self.enabled) ? .enabled : nil
                 })
-                try add(Event(seq: row.int(0), at: row.int(2), type: type.elementsEqual(Self.logout) ? .logout : .login,
-                              deviceKey: row.int(8), asidKey: row.isNull(9) ? nil : row.int(9), declinesFriends: row.int(13) == 1,
+                try add(Event(at: row.int(2), type: type.elementsEqual(Self.logout) ? .logout : .login,
+                              asidKey: row.isNull(9) ? nil : row.int(9), declinesFriends: row.int(13) == 1,
                               tracking: code, eventID: eventID, app: app, device: device, asid: asid, email: email, tfb: tfb,
-                              friends: friends), keys: keys)
+                              friends: friends))
             }
 
             /// Spills an event decoded from its row, its texts laid out in one buffer.
-            private func add(_ e: LoggedEvent, keys: LogKeys.Collector?) throws {
+            private func add(_ e: LoggedEvent) throws {
                 var bytes: [UInt8] = []
                 var spans: [Range<Int>?] = []
                 for text in [e.key.eventID, e.appID, e.deviceID, e.asid, e.linkEmail, e.linkTFB, e.friends] {
@@ -397,15 +388,14 @@ package struct ProjectionBuilder {
                 }
                 try bytes.withUnsafeBufferPointer { base in
                     func text(_ i: Int) -> UnsafeBufferPointer<UInt8>? { spans[i].map { UnsafeBufferPointer(rebasing: base[$0]) } }
-                    try add(Event(seq: e.seq, at: e.key.at, type: e.type, deviceKey: e.deviceKey, asidKey: e.asidKey,
+                    try add(Event(at: e.key.at, type: e.type, asidKey: e.asidKey,
                                   declinesFriends: e.declinesFriends, tracking: DeviceEvents.code(e.tracking),
                                   eventID: text(0)!, app: text(1)!, device: text(2)!, asid: text(3), email: text(4), tfb: text(5),
-                                  friends: text(6)), keys: keys)
+                                  friends: text(6)))
                 }
             }
 
-            private func add(_ e: Event, keys: LogKeys.Collector?) throws {
-                keys?.add(seq: e.seq, deviceKey: e.deviceKey, type: e.type, asidKey: e.asidKey)
+            private func add(_ e: Event) throws {
                 let device = ranges.partition(app: e.app, device: e.device)
                 try devices[device]._withUnsafeGuaranteedRef { try $0.append { out in
                     out.add(e.at); out.add(UInt8(e.type == .login ? 1 : 0)); out.add(e.tracking)
@@ -475,17 +465,15 @@ package struct ProjectionBuilder {
         }
     }
 
-    /// Calls `device` for every event in `seqs` and `login` for every login, in log order,
-    /// and hands their log keys to `keys` (finished when all are read).
+    /// Calls `device` for every event in `seqs` and `login` for every login, in log order.
     static func scan(
-        _ db: Database, seqs: ClosedRange<Int64>, keys collector: LogKeys.Collector? = nil,
+        _ db: Database, seqs: ClosedRange<Int64>,
         device: (DeviceRow) throws -> Void, login: (LoginRow) throws -> Void
     ) throws {
         try BulkStatement(db, """
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
             """).each { row in
             let event = LoggedEvent(row)
-            collector?.add(event)
             try device(DeviceRow(app: event.appID, device: event.deviceID, fact: event.deviceFact))
             guard event.type == .login, let asid = event.asid, event.asidKey != nil else { return }
             let limited = event.tracking == .limited
@@ -493,7 +481,6 @@ package struct ProjectionBuilder {
                                device: limited ? event.deviceID : "", email: event.linkEmail, tfb: event.linkTFB,
                                friends: event.friends, declinesFriends: event.declinesFriends))
         }
-        collector?.finish()
     }
 
     /// A partition's ASIDs folded into their rows, in key order (the bytes' order, as SQLite

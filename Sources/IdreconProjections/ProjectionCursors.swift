@@ -13,7 +13,7 @@ package enum ProjectionCursors {
     /// a cursor at 0; one behind is folded alone up to `appliedSeq`, at most `chunks`
     /// catch-up chunks each. Returns whether all are level.
     @discardableResult
-    package static func level(_ db: Database, _ state: ProjectionState, chunks: Int = .max) throws -> Bool {
+    package static func level(_ db: Database, keys: LogKeys, _ state: ProjectionState, chunks: Int = .max) throws -> Bool {
         var level = true
         let tables = state.tables
         for projection in tables.registry.projections {
@@ -28,7 +28,7 @@ package enum ProjectionCursors {
             }
             guard cursor < state.appliedSeq else { continue }
             (cursor, _) = try ProjectionEngine.catchUp(
-                db, tables: tables, config: state.config, after: cursor, through: state.appliedSeq,
+                db, keys: keys, tables: tables, config: state.config, after: cursor, through: state.appliedSeq,
                 projections: [projection], chunks: chunks)
             try db.execute(sql: "UPDATE projection_cursors SET applied_seq = ? WHERE name = ?", arguments: [cursor, projection.name])
             if cursor < state.appliedSeq { level = false }

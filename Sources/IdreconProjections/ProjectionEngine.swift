@@ -102,13 +102,12 @@ package enum ProjectionEngine {
     /// most `chunks` of them; returns the last sequence number applied (`cursor` when none)
     /// and the events applied. A chunk's refolds see the log up to the chunk's end only.
     /// `feed` decides each chunk's changes before it is folded (the live projections only).
+    /// A late event's refold finds the events of its device or ASID through `keys`.
     package static func catchUp(
-        _ db: Database, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64, through last: Int64 = .max,
-        projections: [any Projection.Type]? = nil, chunks: Int = .max, feed: ChangeFeedWriter? = nil
+        _ db: Database, keys: LogKeys, tables: ProjectionTables, config: IdentityConfig, after cursor: Int64,
+        through last: Int64 = .max, projections: [any Projection.Type]? = nil, chunks: Int = .max,
+        feed: ChangeFeedWriter? = nil
     ) throws -> (cursor: Int64, events: Int64) {
-        // A late event's refold finds the events of its device or ASID through the log's
-        // keys: a fold needs every one of them (none is left out outside a bulk append).
-        try LogKeys.restore(db)
         var cursor = cursor, events: Int64 = 0
         let read = try BulkStatement(cached: db, """
             SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT \(catchUpChunk)
@@ -127,7 +126,7 @@ package enum ProjectionEngine {
             }
             guard let end = facts.last?.seq else { break }
             try feed?.decide(facts, tables: tables, config: config)
-            let context = ProjectionContext(db: db, tables: tables, config: config, visibleSeq: end)
+            let context = ProjectionContext(db: db, keys: keys, tables: tables, config: config, visibleSeq: end)
             try apply(facts, to: projections ?? tables.registry.projections, in: context)
             cursor = end
             events += Int64(facts.count)
@@ -146,15 +145,16 @@ package enum ProjectionEngine {
     /// with them first. Returns the events applied.
     @discardableResult
     package static func catchUpLive(
-        _ db: Database, registry: ProjectionRegistry, ifBehindBy minimum: Int64? = 1, appended: Int = 0
+        _ db: Database, keys: LogKeys, registry: ProjectionRegistry, ifBehindBy minimum: Int64? = 1, appended: Int = 0
     ) throws -> Int64 {
         // Asked once per appending transaction: two integers, and the state only when due.
         let lag = try Int64.fetchOne(db, sql: "SELECT coalesce((SELECT max(seq) FROM events), 0) - applied_seq FROM projection_meta") ?? 0
         guard lag >= max(1, minimum ?? Int64(catchUpChunk - appended)) else { return 0 }
         let state = try ProjectionState.load(db, registry: registry)
-        try ProjectionCursors.level(db, state)
+        try ProjectionCursors.level(db, keys: keys, state)
         let feed = try ChangeFeedWriter(db, appliedSeq: state.appliedSeq)
-        let (cursor, events) = try catchUp(db, tables: state.tables, config: state.config, after: state.appliedSeq, feed: feed)
+        let (cursor, events) = try catchUp(
+            db, keys: keys, tables: state.tables, config: state.config, after: state.appliedSeq, feed: feed)
         try db.execute(sql: "UPDATE projection_meta SET applied_seq = ?", arguments: [cursor])
         try ProjectionCursors.advance(db, registry, to: cursor)
         try feed?.finish(decidedSeq: cursor)
@@ -202,9 +202,11 @@ struct SharedTexts {
 }
 
 /// Where the projections of one transaction are read and written: a generation's tables
-/// on the writer's connection, the identity configuration, and how far the log is visible.
+/// on the writer's connection, the identity configuration, how far the log is visible, and
+/// the log's keys by which a refold finds an entity's events.
 package struct ProjectionContext {
     package let db: Database
+    package let keys: LogKeys
     package let tables: ProjectionTables
     package let config: IdentityConfig
     let blocked: Set<String>
@@ -212,8 +214,9 @@ package struct ProjectionContext {
     /// the log in chunks; a refold must not see later chunks).
     package let visibleSeq: Int64
 
-    init(db: Database, tables: ProjectionTables, config: IdentityConfig, visibleSeq: Int64 = .max) {
+    init(db: Database, keys: LogKeys, tables: ProjectionTables, config: IdentityConfig, visibleSeq: Int64 = .max) {
         self.db = db
+        self.keys = keys
         self.tables = tables
         self.config = config
         self.blocked = Set(config.blockedKeys)

@@ -14,8 +14,9 @@ public final class EventStore: Sendable {
     let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
-    /// The filters of the log's unique keys, kept between this writer's transactions.
-    private let uniqueKeys = Mutex(UniqueKeys.Cache())
+    /// The filters and open runs of the log's keys, kept between this writer's transactions:
+    /// taken before a write transaction starts, never inside one (`writeFolding`).
+    private let logKeys = Mutex(LogKeyRuns.Cache())
     private let keyShape: KeyRuns.Shape
     /// The pair of connections that reads a large `access` batch on two cores.
     let splitReaders = SplitReader.Pool()
@@ -41,8 +42,8 @@ public final class EventStore: Sendable {
 
     /// Opens the database folding `projections`: a writer builds a registered projection
     /// the database has not seen from the log before returning (`ProjectionCursors`).
-    /// `keyShape`: when the unique keys' runs are sealed and merged (small in tests, so that
-    /// appends meet sealed and merged runs).
+    /// `keyShape`: when the log's key runs are sealed and merged (small in tests, so that
+    /// appends and refolds meet sealed and merged runs).
     package init(
         path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false, projections: ProjectionRegistry,
         keyShape: KeyRuns.Shape = .standard
@@ -88,11 +89,6 @@ public final class EventStore: Sendable {
         } catch {
             throw IdreconError(.storage, "cannot open database \(path): \(Self.foreignSidecars(path, error) ?? IdreconError.describe(error))")
         }
-        // The log's keys a killed bulk append left out (`LogKeys.suspend`) are not inserted
-        // here: the next fold inserts them first (`ProjectionEngine.catchUp`), the next bulk
-        // build from its scan. Opening a database costs nothing per event of its log (10M
-        // events with long friend lists: 45 s of `INSERT … SELECT … ORDER BY`), and the build
-        // that resumes a killed `ingest` reads the log anyway.
         if !readOnly { try levelProjections() }
         withExtendedLifetime(openLock) {}
         // An erasure whose rebuild did not complete is finished by the next writer (after
@@ -131,8 +127,8 @@ public final class EventStore: Sendable {
     /// chunk being folded and the next writer goes on from there.
     private func levelProjections() throws(IdreconError) {
         guard try !read({ db in try ProjectionState.load(db, registry: projections).isLevel }) else { return }
-        while try !write({ db in
-            try ProjectionCursors.level(db, try ProjectionState.load(db, registry: projections), chunks: 1)
+        while try !writeFolding({ db, keys in
+            try ProjectionCursors.level(db, keys: keys, try ProjectionState.load(db, registry: projections), chunks: 1)
         }) {}
     }
 
@@ -265,33 +261,32 @@ public final class EventStore: Sendable {
     public func appendBatches(
         projectionLag: Int? = 0, _ next: () -> (records: [IncomingRecord], positions: [ConsumedPosition])?
     ) throws(IdreconError) -> (outcome: BatchOutcome, projected: Int64) {
-        try uniqueKeys.withLock { (cache) throws(IdreconError) in try write { db in
+        try logKeys.withLock { (cache) throws(IdreconError) in try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
-            var keys = try UniqueKeys(db, cache: &cache, shape: keyShape)
+            var runs = try LogKeyRuns(db, cache: &cache, shape: keyShape)
             while let batch = next() {
-                total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &keys))
+                total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &runs))
             }
-            try keys.finish(db, into: &cache)
+            // The fold's refolds find the events of this transaction too, from the open runs.
+            let keys = LogKeys(consume runs)
             let lag = projectionLag.map(Int64.init)
-            return (total, try ProjectionEngine.catchUpLive(db, registry: projections, ifBehindBy: lag, appended: total.appended))
+            let projected = try ProjectionEngine.catchUpLive(
+                db, keys: keys, registry: projections, ifBehindBy: lag, appended: total.appended)
+            var after = keys.take()!
+            try after.finish(db, into: &cache)
+            return (total, projected)
         } }
     }
 
     /// Events behind the log from which the pipelines build the projections in bulk.
     public static let bulkCatchUpFrom = ProjectionEngine.bulkMinimum
 
-    /// Prepares for appending `expected` more events: when the projections will then be due
-    /// a bulk build (`ProjectionEngine.bulkDue`), the log's keys of new events are left out
-    /// until `catchUpProjections` (`LogKeys.suspend`). Returns whether they will be.
-    public func prepareBulkBuild(from minimum: Int64, expecting expected: Int64) throws(IdreconError) -> Bool {
-        // Asked with every batch of a consumer: a read, and a write only when due.
-        guard try read({ db in try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) }) else { return false }
-        return try write { db in
-            guard try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) else { return false }
-            try LogKeys.suspend(db)
-            return true
-        }
+    /// Whether appending `expected` more events makes the projections due a bulk build
+    /// (`ProjectionEngine.bulkDue`): a pipeline then folds nothing while it appends, and
+    /// builds them in `catchUpProjections`. Asked with every batch of a consumer: one read.
+    public func bulkBuildDue(from minimum: Int64, expecting expected: Int64) throws(IdreconError) -> Bool {
+        try read { db in try ProjectionEngine.bulkDue(db, from: minimum, expecting: expected) }
     }
 
     /// Brings the projections up to the end of the log; returns the events applied. The
@@ -304,12 +299,32 @@ public final class EventStore: Sendable {
     @discardableResult
     public func catchUpProjections(bulkFrom: Int64? = nil, progress: (Int64, Int64) -> Void = { _, _ in }) throws(IdreconError) -> Int64 {
         if let bulkFrom, try read({ db in try ProjectionEngine.bulkDue(db, from: bulkFrom) }) {
-            return try buildBehindProjections(from: bulkFrom, progress: progress) // restores the log's keys too
+            return try buildBehindProjections(from: bulkFrom, progress: progress)
         }
-        return try write { db in
-            try LogKeys.restore(db)
-            return try ProjectionEngine.catchUpLive(db, registry: projections)
-        }
+        return try writeFolding { db, keys in try ProjectionEngine.catchUpLive(db, keys: keys, registry: projections) }
+    }
+
+    /// A write transaction whose folds find an entity's events through the log's keys (`LogKeys`),
+    /// from this writer's cached runs. The cache is taken before the transaction starts, as
+    /// `appendBatches` takes it: never while a transaction is open, which could wait for it.
+    /// The runs are read only if a fold looks a key up.
+    func writeFolding<T: Sendable>(_ body: (Database, LogKeys) throws -> T) throws(IdreconError) -> T {
+        try logKeys.withLock { (cache) throws(IdreconError) in try write { db in
+            // The cache moves into the box and back (never copied: its open runs would be).
+            let held = Held(LogKeyRuns.Cache())
+            swap(&held.cache, &cache)
+            defer { swap(&held.cache, &cache) }
+            let keys = LogKeys(making: { [keyShape] in try LogKeyRuns(db, cache: &held.cache, shape: keyShape) })
+            let result = try body(db, keys)
+            if var runs = keys.take() { try runs.finish(db, into: &held.cache) }
+            return result
+        } }
+    }
+
+    /// A writer's key cache while a fold may look keys up.
+    private final class Held {
+        var cache: LogKeyRuns.Cache
+        init(_ cache: LogKeyRuns.Cache) { self.cache = cache }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {

@@ -32,15 +32,9 @@ extension EventStore {
     ) throws(IdreconError) -> ReplayReport {
         try holdingReplayLock("replay failed on \(path)", waiting: waiting) {
             let started = Date()
-            // Keys a killed bulk append left out are handed over by the first scan, as in
-            // `buildBehindProjections`.
-            var fillingKeys = true
             while true {
                 let purpose: RebuildPurpose = verifyOnly ? .verify : .replay(comparing: comparing)
-                let attempt = try rebuild(
-                    config: newConfig, purpose: purpose, partitionSize: partitionSize, fillingKeys: fillingKeys,
-                    progress: progress)
-                fillingKeys = false
+                let attempt = try rebuild(config: newConfig, purpose: purpose, partitionSize: partitionSize, progress: progress)
                 if var report = attempt {
                     report.seconds = Date().timeIntervalSince(started)
                     return report
@@ -52,23 +46,13 @@ extension EventStore {
     /// Builds the live projections anew from the log, as a replay does but comparing
     /// nothing, while a bulk build is due (`ProjectionEngine.bulkDue`); otherwise (a replay
     /// ran meanwhile) folds what they lack. Returns the events built or folded.
-    /// The log's keys that a bulk append left out (`LogKeys.suspend`) are inserted by the
-    /// writer from the first rebuild's scan, sorted per tier, as the scan reads them
-    /// (`LogKeys.Sink`): SQLite sorting the whole log for them took longer than the scan
-    /// (1M events: 2.1-2.4 s against 0.9 s).
     func buildBehindProjections(from minimum: Int64, progress: (Int64, Int64) -> Void) throws(IdreconError) -> Int64 {
         try holdingReplayLock("building the projections of \(path) failed") {
-            var fillingKeys = true
             while try pool.read({ db in try ProjectionEngine.bulkDue(db, from: minimum) }) {
-                let report = try rebuild(
-                    config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, fillingKeys: fillingKeys, progress: progress)
-                fillingKeys = false
+                let report = try rebuild(config: nil, purpose: .catchUp, partitionSize: Self.replayPartition, progress: progress)
                 if let report { return report.events }
             }
-            return try pool.write { db in
-                try LogKeys.restore(db)
-                return try ProjectionEngine.catchUpLive(db, registry: projections)
-            }
+            return try writeFolding { db, keys in try ProjectionEngine.catchUpLive(db, keys: keys, registry: projections) }
         }
     }
 
@@ -97,23 +81,18 @@ extension EventStore {
     public static let replayPartition = 125_000
 
     /// One rebuild; nil when a `forget` rewrote the log meanwhile (nothing was swapped).
-    /// With `fillingKeys`, the log's suspended keys are inserted from the scan in a write
-    /// transaction of their own, beside it.
     private func rebuild(
-        config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int,
-        fillingKeys: Bool = false, progress: (Int64, Int64) -> Void
+        config newConfig: IdentityConfig?, purpose: RebuildPurpose, partitionSize: Int, progress: (Int64, Int64) -> Void
     ) throws -> ReplayReport? {
         let (comparing, verifyOnly) = (purpose.compares, !purpose.swaps)
         // The live projections, caught up first, are what the rebuilt ones are compared with.
-        if comparing { try pool.write { db in _ = try ProjectionEngine.catchUpLive(db, registry: projections) } }
+        if comparing { _ = try writeFolding { db, keys in try ProjectionEngine.catchUpLive(db, keys: keys, registry: projections) } }
         var snapshots: (DatabaseSnapshot, DatabaseSnapshot)? = (try pool.makeSnapshot(), try pool.makeSnapshot())
         for snapshot in [snapshots!.0, snapshots!.1] {
             // The scan reads each page once: a big page cache would only cost memory.
             try snapshot.read { db in try db.execute(sql: "PRAGMA cache_size = -4096") }
         }
-        let (seen, keyedThrough) = try snapshots!.0.read { db in
-            (try LogVersion(db, projections), try LogKeys.keyedThrough(db))
-        }
+        let seen = try snapshots!.0.read { db in try LogVersion(db, projections) }
         // The log's events are never deleted, so its last sequence number is their count for the
         // progress; the report counts those the build loaded.
         let total = seen.lastSeq
@@ -131,17 +110,7 @@ extension EventStore {
         let tables = ProjectionTables(generation: generation, registry: projections)
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        let keys = fillingKeys ? keyedThrough.map { LogKeys.Sink(after: $0, scanners: ProjectionBuilder.scanners) } : nil
-        // The catch-up before the swap and the refolded projections fold late events through the
-        // log's keys: any that a bulk append (another writer's) left out are inserted first, if
-        // this scan does not hand them over.
-        if keys == nil, keyedThrough != nil { try pool.write { db in try LogKeys.restore(db) } }
-        let scan = { [pool] in
-            try builder.scan(snapshots!, lastSeq: seen.lastSeq, spillDirectory: directory, keys: keys, readAhead: pool)
-        }
-        let scanned = try keys.map { keys in
-            try concurrently(scan, { [pool, last = seen.lastSeq] in try keys.fill(pool, scanned: last) }).0
-        } ?? scan()
+        let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, spillDirectory: directory, readAhead: pool)
 
         // Loading and finishing are single-threaded SQLite writes: the other core digests
         // the live projections as the snapshot saw them, then the rebuilt tables `finish`
@@ -173,9 +142,10 @@ extension EventStore {
         let refolds = projections.projections.filter { $0.bulk == .refold }
         var refolded: Int64 = 0
         while !refolds.isEmpty, refolded < seen.lastSeq {
-            let next = try pool.write { db in
+            let next = try writeFolding { db, keys in
                 try ProjectionEngine.catchUp(
-                    db, tables: tables, config: config, after: refolded, through: seen.lastSeq, projections: refolds, chunks: 1
+                    db, keys: keys, tables: tables, config: config, after: refolded, through: seen.lastSeq,
+                    projections: refolds, chunks: 1
                 ).cursor
             }
             guard next > refolded else { break }
@@ -184,19 +154,20 @@ extension EventStore {
 
         warming?.stop()
         // Catch up with events appended since the snapshot, then swap, atomically.
-        let report = try pool.write { db -> ReplayReport? in
+        let report = try writeFolding { db, keys -> ReplayReport? in
             let now = try LogVersion(db, projections)
             guard now.forgotten == seen.forgotten else {
                 try tables.drop(db, erasing: true) // folded from events a forget has since scrubbed
                 return nil
             }
-            let (cursor, caughtUpEvents) = try ProjectionEngine.catchUp(db, tables: tables, config: config, after: seen.lastSeq)
+            let (cursor, caughtUpEvents) = try ProjectionEngine.catchUp(
+                db, keys: keys, tables: tables, config: config, after: seen.lastSeq)
             let done = events + caughtUpEvents
             var report = ReplayReport(events: done, seconds: 0, rebuilt: [:], live: [:], swapped: false)
             if comparing {
                 // A writer's write-behind may have left the live projections behind the log:
                 // they are compared as they are once caught up.
-                let liveLagged = try ProjectionEngine.catchUpLive(db, registry: projections) > 0
+                let liveLagged = try ProjectionEngine.catchUpLive(db, keys: keys, registry: projections) > 0
                 let live = try ProjectionState.load(db, registry: projections).tables
                 // What changed since the digests above is digested again. The live tables cannot
                 // change while this transaction holds the write lock, so a reader digests them

@@ -123,12 +123,12 @@ struct Outcome: Equatable {
         // partitions not fetched yet) may end a deferral early and start another, as the
         // doubling rule allows.
         #expect((generation ?? 0) >= 2)
-        // The log's keys, left out while the backlog was appended, are kept again, every event's.
+        // The log's keys hold every event's device and every login's ASID.
         let keys = try DatabaseQueue(path: db).read { db in
             try Int.fetchOne(db, sql: """
-                SELECT (SELECT count(*) FROM log_keys_suspended) = 0
-                    AND (SELECT count(*) FROM event_device_keys) = (SELECT count(*) FROM events)
-                    AND (SELECT count(*) FROM event_login_keys) = (SELECT count(*) FROM events WHERE type = 'login')
+                SELECT (SELECT sum(keys) FROM key_runs WHERE name = 'device_key_runs') = (SELECT count(*) FROM events)
+                    AND (SELECT sum(keys) FROM key_runs WHERE name = 'login_key_runs')
+                        = (SELECT count(*) FROM events WHERE type = 'login')
                 """)
         }
         #expect(keys == 1)

@@ -8,10 +8,10 @@ import IdreconProjections
 import Testing
 
 @Suite struct IngestTests {
-    /// An ingest that doubles the log appends without the log's keys and builds the
-    /// projections in bulk, which inserts the keys from its scan; a writer killed in between
-    /// leaves them to the next writer that folds or builds (opening costs nothing per event).
-    @Test func logKeysComeBackAfterABulkIngestAndAfterAKill() throws {
+    /// The log's keys are the append's, bulk or not: after a bulk ingest, projections left
+    /// behind (a writer killed before its catch-up or build), another writer's open and a
+    /// replay, they find every event of each device and every login of each ASID.
+    @Test func logKeysAreKeptThroughABulkIngestAKillAndAReplay() throws {
         func keysKept(_ store: EventStore) throws -> Bool { try store.read { db in try logKeysKept(db) } }
         let dir = TempDir()
         let store = try EventStore(path: dir.path("db.sqlite"))
@@ -21,85 +21,81 @@ import Testing
         #expect(try keysKept(store))
         #expect(try store.logPosition().appliedSeq == 5)
 
-        // Projections left behind (a writer killed before its catch-up or build): running the
-        // same ingest again, which appends nothing, brings them up.
+        // Projections left behind: running the same ingest again, which appends nothing, brings them up.
         var taken = false
         let more = BatchValidator.validate((6...8).map { (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0))) })
         _ = try store.appendBatches(projectionLag: .max) { defer { taken = true }; return taken ? nil : (more, []) }
         #expect(try store.logPosition().appliedSeq == 5)
+        #expect(try keysKept(store))
+        let next = try EventStore(path: dir.path("db.sqlite"))
+        #expect(try keysKept(next))
         _ = try ingestor.ingest(path: dir.path("a.jsonl"))
         #expect(try store.logPosition().appliedSeq == 8)
 
-        // Killed after dropping them: opening the database leaves them out; the next catch-up
-        // inserts them.
-        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
-        #expect(try !keysKept(store))
-        let next = try EventStore(path: dir.path("db.sqlite"))
-        #expect(try !keysKept(next))
-        try next.catchUpProjections()
-        #expect(try keysKept(store))
-
-        // Killed after dropping them again, then replayed: the replay inserts them (from its scan).
-        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
         let later = BatchValidator.validate((9...12).map {
             (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0)))
         })
         taken = false
         _ = try store.appendBatches(projectionLag: .max) { defer { taken = true }; return taken ? nil : (later, []) }
-        #expect(try !keysKept(store))
         let replayed = try EventStore(path: dir.path("db.sqlite")).replay(comparing: false)
         #expect(replayed.events == 12)
         #expect(try keysKept(store))
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 
-    /// The keys a bulk build's scanners hand over are inserted only when every scanner read
-    /// all it was given: one that stopped leaves the keys suspended, for the next fold or build.
-    @Test func logKeysFromAFailedScanAreNotKept() throws {
+    /// A late event's refold finds the events of its device and the logins of its ASID in the
+    /// open run, in sealed runs and in merged ones, from the writer that holds them and from a
+    /// new one (nothing cached): the live projections equal a replay's. Runs of 5 keys merged 2
+    /// at a time; late events are a third of the stream, some before every event of their device.
+    @Test(arguments: [1, 2, 3])
+    func lateEventsRefoldFromWhicheverRunsHoldTheirEntity(seed: UInt64) throws {
         let dir = TempDir()
-        let store = try EventStore(path: dir.path("db.sqlite"))
-        _ = try FileIngestor(store: store).ingest(path: dir.write("a.jsonl", (1...3).map { eventLine("e\($0)") }))
-        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
-        var taken = false
-        let more = BatchValidator.validate((4...9).map { (Array(eventLine("e\($0)").utf8), RecordOrigin(source: "t", position: Int64($0))) })
-        _ = try store.appendBatches(projectionLag: .max) { defer { taken = true }; return taken ? nil : (more, []) }
-        let through = try #require(try store.read { db in try LogKeys.keyedThrough(db) })
-        #expect(through == 3)
-
-        let sink = LogKeys.Sink(after: through, scanners: 2)
-        let failing = Background { () throws -> Void in
-            var finished: LogKeys.Collector? = LogKeys.Collector(sink)
-            var stopped: LogKeys.Collector? = LogKeys.Collector(sink)
-            try store.read { db in
-                try BulkStatement(db, "SELECT \(LoggedEvent.selectColumns) FROM events").each { row in
-                    let event = LoggedEvent(row)
-                    (event.seq % 2 == 0 ? finished : stopped)?.add(event)
-                }
+        let path = dir.path("db.sqlite")
+        let shape = KeyRuns.Shape(firstCapacity: 5, fanOut: 2)
+        var store = try EventStore(path: path, projections: .standard, keyShape: shape)
+        var rng = SeededGenerator(seed: seed)
+        var n = 0
+        for round in 0..<30 {
+            var lines: [String] = []
+            for _ in 0..<(Int(rng.next() % 6) + 1) {
+                n += 1
+                let device = "D\(rng.next() % 4)", asid = "1\(rng.next() % 5)"
+                // Mostly in order, a third late (anywhere in the days before).
+                let day = rng.next() % 3 == 0 ? 1 + Double(rng.next() % 1000) / 100 : 1 + Double(n) / 20
+                lines.append(rng.next() % 5 == 0
+                    ? Stream.logout("e\(n)", day: day, device: device)
+                    : Stream.login("e\(n)", day: day, device: device, asid: asid, limited: rng.next() % 2 == 0))
             }
-            finished?.finish()
-            finished = nil
-            stopped = nil // released without finishing: a scanner that failed
+            // Folded with each transaction (no write-behind), so that a late event meets its
+            // entity's stored state.
+            let records = BatchValidator.validate(lines.enumerated().map { i, line in
+                (Array(line.utf8), RecordOrigin(source: "t", position: Int64(n * 10 + i)))
+            })
+            #expect(try store.append(records, positions: []).appended == lines.count)
+            if round % 7 == 6 { store = try EventStore(path: path, projections: .standard, keyShape: shape) }
         }
-        #expect(throws: (any Error).self) { try sink.fill(store.pool, scanned: 9) }
-        _ = failing.result()
-        #expect(try store.read { db in try LogKeys.keyedThrough(db) } == 3)
-        #expect(try !store.read { db in try logKeysKept(db) })
-        try EventStore(path: dir.path("db.sqlite")).catchUpProjections()
         #expect(try store.read { db in try logKeysKept(db) })
+        let (sealed, tiers) = try store.read { db in
+            (try Int.fetchOne(db, sql: "SELECT count(*) FROM key_runs WHERE sealed AND name = 'device_key_runs'")!,
+             try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs WHERE name = 'login_key_runs'")!)
+        }
+        #expect(sealed >= 2 && tiers >= 1)
+        #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 
-    /// A late event's refold finds the events of its device through the log's keys: a fold
-    /// that runs while they are left out inserts them first.
-    @Test func aFoldWhileTheLogKeysAreLeftOutRestoresThemFirst() throws {
+    /// A late event's refold, right after an append that made the projections due a bulk
+    /// build, finds the events of its device through the log's keys.
+    @Test func aLateEventAfterABulkDueAppendRefoldsItsDevice() throws {
         let dir = TempDir()
         let store = try EventStore(path: dir.path("db.sqlite"))
         let lines = (1...3).map { eventLine("e\($0)", ["device_id": "D"], time: "2026-11-01T09:00:0\($0)Z") }
         _ = try FileIngestor(store: store).ingest(path: dir.write("a.jsonl", lines))
-        #expect(try store.prepareBulkBuild(from: 1, expecting: 100))
+        #expect(try store.bulkBuildDue(from: 1, expecting: 100))
         let late = eventLine("late", ["device_id": "D"], time: "2026-11-01T08:00:00Z")
         let outcome = try store.append(BatchValidator.validate([(Array(late.utf8), RecordOrigin(source: "t", position: 1))]), positions: [])
         #expect(outcome.appended == 1)
         #expect(try store.read { db in try logKeysKept(db) })
+        #expect(try store.read { db in try Int.fetchOne(db, sql: "SELECT logins FROM devices WHERE device_id = 'D'") } == 4)
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 

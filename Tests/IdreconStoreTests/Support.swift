@@ -32,22 +32,23 @@ func eventLine(_ id: String, _ overrides: [String: String] = [:], time: String =
     return String(decoding: data, as: UTF8.self)
 }
 
-/// Whether the log's keys are kept (not suspended) and are exactly the log's events' keys.
+/// Whether the log's lookup keys find exactly the events of each device and the logins of
+/// each ASID, and `key_runs` counts every one of them.
 func logKeysKept(_ db: Database) throws -> Bool {
-    let mismatches = try Int.fetchOne(db, sql: """
-        SELECT (SELECT count(*) FROM log_keys_suspended)
-            + (SELECT count(*) FROM (
-                SELECT tier, device_key, seq FROM event_device_keys EXCEPT SELECT seq >> 18, device_key, seq FROM events))
-            + (SELECT count(*) FROM (
-                SELECT seq >> 18, device_key, seq FROM events EXCEPT SELECT tier, device_key, seq FROM event_device_keys))
-            + (SELECT count(*) FROM (
-                SELECT tier, asid_key, seq FROM event_login_keys
-                EXCEPT SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login'))
-            + (SELECT count(*) FROM (
-                SELECT seq >> 18, asid_key, seq FROM events WHERE type = 'login'
-                EXCEPT SELECT tier, asid_key, seq FROM event_login_keys))
-        """)
-    return mismatches == 0
+    var cache = LogKeyRuns.Cache()
+    let keys = LogKeys(try LogKeyRuns(db, cache: &cache))
+    var devices: [Int64: [Int64]] = [:], logins: [Int64: [Int64]] = [:]
+    for row in try Row.fetchAll(db, sql: "SELECT seq, device_key, type, asid_key FROM events ORDER BY seq") {
+        devices[row[1], default: []].append(row[0])
+        if row[2] as String == "login", let asid = row[3] as Int64? { logins[asid, default: []].append(row[0]) }
+    }
+    for (key, seqs) in devices { guard try keys.deviceEvents(key, through: .max) == seqs else { return false } }
+    for (key, seqs) in logins { guard try keys.logins(key, through: .max) == seqs else { return false } }
+    return try Bool.fetchOne(db, sql: """
+        SELECT (SELECT coalesce(sum(keys), 0) FROM key_runs WHERE name = 'device_key_runs') = (SELECT count(*) FROM events)
+            AND (SELECT coalesce(sum(keys), 0) FROM key_runs WHERE name = 'login_key_runs')
+                = (SELECT count(*) FROM events WHERE type = 'login' AND asid_key IS NOT NULL)
+        """) == true
 }
 
 /// SplitMix64: the same sequence on every run.
