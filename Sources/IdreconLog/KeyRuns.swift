@@ -159,7 +159,9 @@ package struct KeyRuns {
         mutating func reserve(_ keys: Int) {
             switch layout {
             case .byHash: seqs.reserveCapacity(keys)
-            case .listed: (hashes.reserveCapacity(keys), listedSeqs.reserveCapacity(keys))
+            case .listed:
+                hashes.reserveCapacity(keys)
+                listedSeqs.reserveCapacity(keys)
             }
         }
     }

@@ -7,12 +7,14 @@ import IdreconDomain
 /// configuration types): a database made by any release upgrades the same way.
 package enum Schema {
     /// The migrations that rewrite the whole log (`v12-event-payloads`, `v16-event-id-runs`):
-    /// a minute or more at 10M events; and the one that rewrites its unique keys
-    /// (`v18-key-runs-in-chunks`): about a second per million events. An open that will run
-    /// one says so first (`pendingRewrite`).
+    /// a minute or more at 10M events; the one that rewrites its unique keys
+    /// (`v18-key-runs-in-chunks`): about a second per million events; and the one that sorts its
+    /// lookup keys into runs (`v20-log-keys-in-runs`). An open that will run one says so first
+    /// (`pendingRewrite`).
     private static let logRewrite = "v12-event-payloads"
     private static let eventIDRewrite = "v16-event-id-runs"
     private static let keysRewrite = "v18-key-runs-in-chunks"
+    private static let lookupKeysRewrite = "v20-log-keys-in-runs"
 
     /// What a pending migration rewrites.
     package enum Rewrite: Sendable {
@@ -20,6 +22,8 @@ package enum Schema {
         case log
         /// The sorted runs of the log's unique keys (v18).
         case uniqueKeys
+        /// The log's lookup keys, sorted into runs (v20).
+        case lookupKeys
     }
 
     /// The largest rewrite the pending migrations make, with the log's size; nil when none
@@ -32,6 +36,8 @@ package enum Schema {
             rewrite = .log
         } else if !applied.contains(keysRewrite) {
             rewrite = .uniqueKeys
+        } else if !applied.contains(lookupKeysRewrite) {
+            rewrite = .lookupKeys
         } else {
             return nil
         }
@@ -268,7 +274,7 @@ package enum Schema {
             // all over two indexes as large as the log: pages rewritten per event grew with the
             // log (1,860 B written per row at 1M, 3,897 at 4M). Led by the sequence's tier
             // (2^18 events), new keys land in the newest tier's part of each index only, and a
-            // lookup seeks once per tier (schemas/sql.md, "Tiered log keys").
+            // lookup seeks once per tier (schemas/sql.md, "Log keys").
             try db.execute(sql: """
                 DROP INDEX events_device;
                 DROP INDEX events_asid_login;
@@ -415,7 +421,7 @@ package enum Schema {
             // log again and sorted all of it (n log n; 1M events: 0.9-1.2 s per index, 10M: 9-10
             // s). The append inserts each new event's keys, as SQLite did the indexes'; while a
             // bulk append leaves them out, `log_keys_suspended` holds the last event with keys
-            // (schemas/sql.md, "Tiered log keys").
+            // (schemas/sql.md, "Log keys").
             try db.execute(sql: """
                 CREATE TABLE event_device_keys (
                     tier       INTEGER NOT NULL,
@@ -663,7 +669,7 @@ package enum Schema {
                 CREATE UNIQUE INDEX key_runs_one_open ON key_runs(name) WHERE sealed = 0;
                 """)
         }
-        migrator.registerMigration("v20-log-keys-in-runs") { db in
+        migrator.registerMigration(lookupKeysRewrite) { db in
             // The log's lookup keys (a device's events, an ASID's logins: what the refold of a late
             // event reads) move from rows `(tier, key, seq)` of v14's tables to sorted runs in
             // chunks, as the unique keys are kept (v15-v19): an append inserted two B-tree rows

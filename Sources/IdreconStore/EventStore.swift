@@ -153,6 +153,8 @@ public final class EventStore: Sendable {
         case .log: ("the log's \(events) events", "10-30 s per million events", 100_000)
         case .uniqueKeys:
             ("the unique keys of the log's \(events) events", "about a second per million events", 1_000_000)
+        case .lookupKeys:
+            ("the device and login keys of the log's \(events) events", "10-15 s per million events", 1_000_000)
         }
         guard events >= announcedFrom else { return }
         let line = "idrecon: upgrading \(path): \(what) are rewritten once (\(pace); stopping it rolls it back)\n"
