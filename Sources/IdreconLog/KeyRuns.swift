@@ -29,7 +29,8 @@ import IdreconDomain
 /// and the caller compares the keys of the events found: hashes collide, keys do not.
 /// Uniqueness, for the unique keys, is the append's: it adds a key (`add`) only when no event
 /// holds it (`holder`). A lookup key (a device's events) is added with every event that has it,
-/// and `seqs` finds them all: in the open run and in each run whose filter may hold it.
+/// and `seqs` finds them all: in the open run and in each sealed run (whose filter, if it has
+/// one, may hold it).
 package struct KeyRuns {
     /// When runs are sealed and merged.
     package struct Shape: Sendable {
@@ -169,7 +170,7 @@ package struct KeyRuns {
     private let table: String
     private let shape: Shape
     /// Whether sealed runs have filters: those of keys the append searches (`OpenLayout.byHash`).
-    private let filtered: Bool
+    private var filtered: Bool { open.layout == .byHash }
     private var sealed: [Sealed] = []
     private var open: Open
     /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
@@ -182,7 +183,7 @@ package struct KeyRuns {
     package init(_ db: Database, table: String, source: Source, cache: inout Cache, shape: Shape = .standard) throws {
         self.table = table
         self.shape = shape
-        filtered = source.layout == .byHash
+        let filtered = source.layout == .byHash
         var cachedOpen: Open?
         swap(&cachedOpen, &cache.open)
         var open: Open?

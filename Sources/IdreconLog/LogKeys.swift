@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import IdreconDomain
 
-/// The log's keys, each kind in its own sorted runs (`KeyRuns`, schemas/sql.md "Keys in runs"):
+/// The log's keys, each kind in its own sorted runs (`KeyRuns`; schemas/sql.md, "Unique keys in runs" and "Log keys"):
 /// - the two unique keys the append checks before it inserts an event and adds with it:
 ///   `event_id` (`event_id_runs`, migration v16) and `(app_id, nonce)` (`nonce_runs`, v15);
 /// - the two lookup keys the refolds of late events read (`LogKeys`): each event's
