@@ -44,6 +44,11 @@ struct GenerateCommand: ParsableCommand {
     @Option(help: "Each person uses 1 to this many devices per app.")
     var maxDevicesPerApp = 3
 
+    @Option(help: ArgumentHelp(
+        "Persons in the population (default: events / 20). Fewer persons for as many events is a longer history each.",
+        valueName: "count"))
+    var persons: Int?
+
     @Option(help: "Percent of devices (tvOS aside) whose user prefers Limited Login (0...100).")
     var limitedPercent = 30
 
@@ -63,6 +68,9 @@ struct GenerateCommand: ParsableCommand {
         guard maxDevicesPerApp >= 1, maxDevicesPerApp <= 1000 else {
             throw ValidationError("--max-devices-per-app must be between 1 and 1000")
         }
+        if let persons, persons < 10 || persons > 100_000_000 {
+            throw ValidationError("--persons must be between 10 and 100000000")
+        }
         guard (0...100).contains(limitedPercent) else { throw ValidationError("--limited-percent must be between 0 and 100") }
     }
 
@@ -76,6 +84,7 @@ struct GenerateCommand: ParsableCommand {
         config.maxFriends = maxFriends
         config.maxDevicesPerApp = maxDevicesPerApp
         config.limitedPercent = limitedPercent
+        config.persons = persons
         var generator = EventStreamGenerator(config: config)
 
         let handle: FileHandle
