@@ -735,6 +735,44 @@ package enum Schema {
                 DROP TABLE log_keys_suspended;
                 """)
         }
+        migrator.registerMigration("v21-fold-checkpoints") { db in
+            // A late event was folded again with every event of its device, a late login with every
+            // login of its ASID: a cost per late event that grew with the entity's history. A
+            // checkpoint is the fold's state at one of the entity's events, some behind its
+            // latest, and which events of the log it holds (`AccessProjection.Checkpoint`); a
+            // refold reads only the events after it. The log's tables, not a generation's: a
+            // rebuild of the projections leaves them true.
+            try db.execute(sql: """
+                CREATE TABLE asid_fold_checkpoints (
+                    asid        TEXT PRIMARY KEY,
+                    last_at     INTEGER NOT NULL,
+                    last_event  TEXT NOT NULL,
+                    tracking    TEXT NOT NULL CHECK (tracking IN ('enabled', 'limited')),
+                    from_seq    INTEGER NOT NULL CHECK (from_seq >= 1),
+                    written_seq INTEGER NOT NULL CHECK (written_seq >= from_seq)
+                ) STRICT, WITHOUT ROWID;
+
+                CREATE TABLE device_fold_checkpoints (
+                    app_id      TEXT NOT NULL,
+                    device_id   TEXT NOT NULL,
+                    mode        TEXT NOT NULL CHECK (mode IN ('enabled', 'limited', 'logged_out')),
+                    asid        TEXT,
+                    first_at    INTEGER NOT NULL,
+                    first_event TEXT NOT NULL,
+                    last_at     INTEGER NOT NULL,
+                    last_event  TEXT NOT NULL,
+                    logins      INTEGER NOT NULL CHECK (logins >= 0),
+                    logouts     INTEGER NOT NULL CHECK (logouts >= 0),
+                    anomalies   INTEGER NOT NULL CHECK (anomalies >= 0),
+                    last_login_tracking TEXT CHECK (last_login_tracking IN ('enabled', 'limited')),
+                    logout_since_login  INTEGER NOT NULL CHECK (logout_since_login IN (0, 1)),
+                    from_seq    INTEGER NOT NULL CHECK (from_seq >= 1),
+                    written_seq INTEGER NOT NULL CHECK (written_seq >= from_seq),
+                    PRIMARY KEY (app_id, device_id),
+                    CHECK ((mode = 'logged_out') = (asid IS NULL))
+                ) STRICT, WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

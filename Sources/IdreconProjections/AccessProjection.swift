@@ -111,15 +111,63 @@ enum AccessProjection: Projection {
             var fold: Fold
             if let stored, sorted[0].key < stored.key {
                 // A late login: fold the ASID's logins again from the log (which holds this
-                // batch's too), as the devices projection does for a late event.
-                fold = Fold.of(try rows.logged(asid, upTo: context.visibleSeq, keys: context.keys))
-                try rows.deleteSpans(asid)
+                // batch's too), from its checkpoint when it has a valid one.
+                fold = try refold(asid, rows, context)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
                 for login in sorted { fold.add(login) }
             }
             try rows.write(asid, fold)
         }
+    }
+
+    // MARK: Late logins
+
+    /// How many of an ASID's latest logins a checkpoint stays behind, and how many logins after
+    /// it a refold reads before it moves the checkpoint up: a late login within the last
+    /// `checkpointLag` logins refolds at most `2 * checkpointLag` of them plus the late ones,
+    /// whatever the ASID's history.
+    static let checkpointLag = 64
+
+    /// Folds an ASID's logins again after a late one: from its checkpoint (`Checkpoint`) when
+    /// the log shows it still holds, else from its first login. Leaves a checkpoint
+    /// `checkpointLag` logins behind the latest when the refold read `2 * checkpointLag` or more.
+    static func refold(_ asid: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
+        let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
+        var fold: Fold
+        var logins: [(seq: Int64, login: Login)]
+        if let checkpoint = try rows.checkpoint(asid),
+           let after = try rows.logged(asid, seqs: seqs.drop { $0 < checkpoint.fromSeq }, after: checkpoint) {
+            logins = after
+            logins.sort { $0.login.key < $1.login.key }
+            fold = Fold(continuing: checkpoint.last)
+            try rows.deleteSpans(asid, after: checkpoint.last.key)
+        } else {
+            logins = try rows.logged(asid, seqs: seqs[...], after: nil) ?? []
+            logins.sort { $0.login.key < $1.login.key }
+            fold = Fold()
+            try rows.deleteSpans(asid)
+            try rows.dropCheckpoint(asid)
+        }
+        for (_, login) in logins { fold.add(login) }
+        if logins.count >= 2 * checkpointLag, let written = seqs.last {
+            let at = logins.count - checkpointLag - 1
+            let behind = logins[(at + 1)...].lazy.map(\.seq).min()!
+            let last = logins[at].login
+            try rows.save(asid, Checkpoint(last: (last.key, last.limited), fromSeq: behind, writtenSeq: written))
+        }
+        return fold
+    }
+
+    /// An ASID's fold state at one of its logins (its latest login up to `last`), and which of
+    /// the log's logins it holds: every login of the ASID with a key after `last` has a `seq` of
+    /// `fromSeq` or more, and those with keys up to `last` and a `seq` up to `writtenSeq` are
+    /// folded into it. A login with a key up to `last` and a later `seq` (one later still than
+    /// the checkpoint) makes it void: the refold starts from the first login again.
+    struct Checkpoint {
+        var last: (key: EventKey, limited: Bool)
+        var fromSeq: Int64
+        var writtenSeq: Int64
     }
 
     // MARK: Bulk
@@ -158,7 +206,8 @@ enum AccessProjection: Projection {
     /// Binding and decoding of `asid_last_logins` and `asid_limited_spans` rows: the only
     /// place that lists their columns.
     struct Rows {
-        private let loadLast, saveLast, closeSpan, deleteSpans_, loggedLogins: BulkStatement
+        private let loadLast, saveLast, closeSpan, deleteSpans_, deleteSpansAfter, loggedLogins: BulkStatement
+        private let loadCheckpoint, saveCheckpoint, deleteCheckpoint: BulkStatement
         private let insertLast, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
@@ -177,6 +226,19 @@ enum AccessProjection: Projection {
                 UPDATE \(t.asidSpans) SET to_at = ?, to_event = ? WHERE asid = ? AND from_at = ? AND from_event = ?
                 """)
             deleteSpans_ = try BulkStatement(cached: db, "DELETE FROM \(t.asidSpans) WHERE asid = ?")
+            deleteSpansAfter = try BulkStatement(cached: db, """
+                DELETE FROM \(t.asidSpans) WHERE asid = ? AND (from_at, from_event) > (?, ?)
+                """)
+            // The log's, not a generation's: a checkpoint is a fold of logged logins, which a
+            // rebuild of the projections does not change.
+            loadCheckpoint = try BulkStatement(cached: db, """
+                SELECT last_at, last_event, tracking, from_seq, written_seq FROM asid_fold_checkpoints WHERE asid = ?
+                """)
+            saveCheckpoint = try BulkStatement(cached: db, """
+                INSERT OR REPLACE INTO asid_fold_checkpoints (asid, last_at, last_event, tracking, from_seq, written_seq)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """)
+            deleteCheckpoint = try BulkStatement(cached: db, "DELETE FROM asid_fold_checkpoints WHERE asid = ?")
         }
 
         func last(_ asid: String) throws -> (key: EventKey, limited: Bool)? {
@@ -214,16 +276,44 @@ enum AccessProjection: Projection {
 
         func deleteSpans(_ asid: String) throws { try deleteSpans_.run { $0.add(asid) } }
 
-        /// The ASID's logins in the log up to `seq` (a late login's refold, the rare path).
-        func logged(_ asid: String, upTo seq: Int64, keys: LogKeys) throws -> [Login] {
-            var logins: [Login] = []
-            for seq in try keys.logins(StableHash.key(asid), through: seq) {
+        /// Deletes the ASID's spans opened after `key` (a refold from a checkpoint at `key` writes them again).
+        func deleteSpans(_ asid: String, after key: EventKey) throws {
+            try deleteSpansAfter.run { $0.add(asid); $0.add(key.at); $0.add(key.eventID) }
+        }
+
+        /// The ASID's logins among the events `seqs` (their login keys' hashes: the ASID is
+        /// compared), each with its `seq`. After a `checkpoint`: only the logins it does not
+        /// hold, or nil when one of them shows it void (`Checkpoint`).
+        func logged(_ asid: String, seqs: ArraySlice<Int64>, after checkpoint: Checkpoint?) throws -> [(seq: Int64, login: Login)]? {
+            var logins: [(seq: Int64, login: Login)] = []
+            var void = false
+            for seq in seqs where !void {
                 try loggedLogins.each({ $0.add(seq); $0.add(asid) }) { row in
                     let event = LoggedEvent(row)
-                    logins.append(Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID))
+                    if let checkpoint, !(checkpoint.last.key < event.key) {
+                        void = seq > checkpoint.writtenSeq
+                        return
+                    }
+                    logins.append((seq, Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID)))
                 }
             }
-            return logins
+            return void ? nil : logins
+        }
+
+        func checkpoint(_ asid: String) throws -> Checkpoint? {
+            try loadCheckpoint.first({ $0.add(asid) }) { row in
+                Checkpoint(last: (EventKey(at: row.int(0), eventID: row.string(1)), row.string(2) == "limited"),
+                           fromSeq: row.int(3), writtenSeq: row.int(4))
+            }
+        }
+
+        func dropCheckpoint(_ asid: String) throws { try deleteCheckpoint.run { $0.add(asid) } }
+
+        func save(_ asid: String, _ checkpoint: Checkpoint) throws {
+            try saveCheckpoint.run {
+                $0.add(asid); $0.add(checkpoint.last.key.at); $0.add(checkpoint.last.key.eventID)
+                $0.add(checkpoint.last.limited ? "limited" : "enabled"); $0.add(checkpoint.fromSeq); $0.add(checkpoint.writtenSeq)
+            }
         }
     }
 }

@@ -112,10 +112,6 @@ enum DevicesProjection: Projection {
         var byDevice: [ByteTextPair: [DeviceFact]] = [:]
         for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
         let rows = try Rows(context.db, context.tables)
-        // A device's event by its `seq`: its key is a hash, so the IDs are compared too.
-        let refold = try BulkStatement(cached: context.db, """
-            SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq = ? AND app_id = ? AND device_id = ?
-            """)
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)
             let sorted = list.sorted { $0.key < $1.key }
@@ -123,15 +119,8 @@ enum DevicesProjection: Projection {
             var fold: Fold
             if let stored, let last = stored.last, sorted[0].key < last {
                 // A late event: fold the device again from the log (which holds this
-                // transaction's events too).
-                var logged: [DeviceFact] = []
-                for seq in try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq) {
-                    try refold.each({ $0.add(seq); $0.add(app); $0.add(id) }) { row in logged.append(LoggedEvent(row).deviceFact) }
-                }
-                logged.sort { $0.key < $1.key }
-                fold = Fold()
-                for fact in logged { fold.add(fact) }
-                try rows.deleteSpans(app, id)
+                // transaction's events too), from its checkpoint when it has a valid one.
+                fold = try refold(app, id, rows, context)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
                 for fact in sorted { fold.add(fact) }
@@ -140,12 +129,58 @@ enum DevicesProjection: Projection {
         }
     }
 
+    // MARK: Late events
+
+    /// How many of a device's latest events a checkpoint stays behind, and how many events
+    /// after it a refold reads before it moves the checkpoint up (as `AccessProjection`'s).
+    static let checkpointLag = AccessProjection.checkpointLag
+
+    /// Folds a device's events again after a late one: from its checkpoint (`Checkpoint`) when
+    /// the log shows it still holds, else from its first event. Leaves a checkpoint
+    /// `checkpointLag` events behind the latest when the refold read `2 * checkpointLag` or more.
+    static func refold(_ app: String, _ id: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
+        let seqs = try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq)
+        var fold: Fold
+        var facts: [(seq: Int64, fact: DeviceFact)]
+        if let checkpoint = try rows.checkpoint(app, id),
+           let after = try rows.logged(app, id, seqs: seqs.drop { $0 < checkpoint.fromSeq }, after: checkpoint) {
+            facts = after
+            facts.sort { $0.fact.key < $1.fact.key }
+            fold = Fold(continuing: checkpoint.state)
+            try rows.deleteSpans(app, id, after: checkpoint.state.last!)
+        } else {
+            facts = try rows.logged(app, id, seqs: seqs[...], after: nil) ?? []
+            facts.sort { $0.fact.key < $1.fact.key }
+            fold = Fold()
+            try rows.deleteSpans(app, id)
+            try rows.dropCheckpoint(app, id)
+        }
+        let at = facts.count >= 2 * checkpointLag ? facts.count - checkpointLag - 1 : -1
+        for (i, (_, fact)) in facts.enumerated() {
+            fold.add(fact)
+            if i == at, let written = seqs.last {
+                let behind = facts[(at + 1)...].lazy.map(\.seq).min()!
+                try rows.save(app, id, Checkpoint(state: fold.state, fromSeq: behind, writtenSeq: written))
+            }
+        }
+        return fold
+    }
+
+    /// A device's fold state at one of its events (its `last`), and which of the log's events it
+    /// holds, as `AccessProjection.Checkpoint` says for an ASID's logins.
+    struct Checkpoint {
+        var state: DeviceState
+        var fromSeq: Int64
+        var writtenSeq: Int64
+    }
+
     // MARK: Rows
 
     /// Binding and decoding of `devices` and `limited_spans` rows: the only place that
     /// lists their columns.
     struct Rows {
         private let loadDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans, limitedHolds_: BulkStatement
+        private let deleteSpansAfter, loggedEvent, loadCheckpoint, saveCheckpoint, deleteCheckpoint: BulkStatement
         private let insertDevice, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
@@ -177,7 +212,29 @@ enum DevicesProjection: Projection {
                 """)
             deleteSpans = try BulkStatement(cached: db, "DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ?")
             limitedHolds_ = try BulkStatement(cached: db, "SELECT count(*) FROM \(t.devices) WHERE asid = ? AND mode = 'limited'")
+            deleteSpansAfter = try BulkStatement(cached: db, """
+                DELETE FROM \(t.spans) WHERE app_id = ? AND device_id = ? AND (from_at, from_event) > (?, ?)
+                """)
+            // A device's event by its `seq`: its key is a hash, so the IDs are compared too.
+            loggedEvent = try BulkStatement(cached: db, """
+                SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq = ? AND app_id = ? AND device_id = ?
+                """)
+            // The log's, not a generation's (as `asid_fold_checkpoints`).
+            loadCheckpoint = try BulkStatement(cached: db, """
+                SELECT \(Self.stateColumns), from_seq, written_seq FROM device_fold_checkpoints WHERE app_id = ? AND device_id = ?
+                """)
+            saveCheckpoint = try BulkStatement(cached: db, """
+                INSERT OR REPLACE INTO device_fold_checkpoints (app_id, device_id, \(Self.stateColumns), from_seq, written_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            deleteCheckpoint = try BulkStatement(cached: db, "DELETE FROM device_fold_checkpoints WHERE app_id = ? AND device_id = ?")
         }
+
+        /// A device's state as `devices` and `device_fold_checkpoints` hold it, after its key.
+        private static let stateColumns = """
+            mode, asid, first_at, first_event, last_at, last_event, logins, logouts, anomalies, \
+            last_login_tracking, logout_since_login
+            """
 
         /// How many devices hold `asid` in limited mode now.
         func limitedHolds(of asid: String) throws -> Int {
@@ -185,19 +242,64 @@ enum DevicesProjection: Projection {
         }
 
         func load(_ app: String, _ device: String) throws -> DeviceState? {
-            try loadDevice.first({ $0.add(app); $0.add(device) }) { row in
-                var s = DeviceState()
-                s.mode = DeviceMode(rawValue: row.string(0)) ?? .loggedOut
-                s.asid = row.optionalString(1)
-                s.first = EventKey(at: row.int(2), eventID: row.string(3))
-                s.last = EventKey(at: row.int(4), eventID: row.string(5))
-                s.logins = Int(row.int(6))
-                s.logouts = Int(row.int(7))
-                s.anomalies = Int(row.int(8))
-                s.lastLoginTracking = row.optionalString(9).flatMap(Tracking.init)
-                s.logoutSinceLastLogin = row.int(10) == 1
-                return s
+            try loadDevice.first({ $0.add(app); $0.add(device) }, Self.state)
+        }
+
+        /// Decodes `stateColumns`, the row's first.
+        private static func state(_ row: BulkStatement.Reader) -> DeviceState {
+            var s = DeviceState()
+            s.mode = DeviceMode(rawValue: row.string(0)) ?? .loggedOut
+            s.asid = row.optionalString(1)
+            s.first = EventKey(at: row.int(2), eventID: row.string(3))
+            s.last = EventKey(at: row.int(4), eventID: row.string(5))
+            s.logins = Int(row.int(6))
+            s.logouts = Int(row.int(7))
+            s.anomalies = Int(row.int(8))
+            s.lastLoginTracking = row.optionalString(9).flatMap(Tracking.init)
+            s.logoutSinceLastLogin = row.int(10) == 1
+            return s
+        }
+
+        /// The device's events among `seqs` (their device keys' hashes: the IDs are compared),
+        /// each with its `seq`. After a `checkpoint`: only the events it does not hold, or nil
+        /// when one of them shows it void (`AccessProjection.Checkpoint`).
+        func logged(_ app: String, _ device: String, seqs: ArraySlice<Int64>,
+                    after checkpoint: Checkpoint?) throws -> [(seq: Int64, fact: DeviceFact)]? {
+            var facts: [(seq: Int64, fact: DeviceFact)] = []
+            var void = false
+            for seq in seqs where !void {
+                try loggedEvent.each({ $0.add(seq); $0.add(app); $0.add(device) }) { row in
+                    let fact = LoggedEvent(row).deviceFact
+                    if let last = checkpoint?.state.last, !(last < fact.key) {
+                        void = seq > checkpoint!.writtenSeq
+                        return
+                    }
+                    facts.append((seq, fact))
+                }
             }
+            return void ? nil : facts
+        }
+
+        func checkpoint(_ app: String, _ device: String) throws -> Checkpoint? {
+            try loadCheckpoint.first({ $0.add(app); $0.add(device) }) { row in
+                Checkpoint(state: Self.state(row), fromSeq: row.int(11), writtenSeq: row.int(12))
+            }
+        }
+
+        func save(_ app: String, _ device: String, _ checkpoint: Checkpoint) throws {
+            try saveCheckpoint.run {
+                Self.device(app, device, checkpoint.state, &$0)
+                $0.add(checkpoint.fromSeq); $0.add(checkpoint.writtenSeq)
+            }
+        }
+
+        func dropCheckpoint(_ app: String, _ device: String) throws {
+            try deleteCheckpoint.run { $0.add(app); $0.add(device) }
+        }
+
+        /// Deletes the device's spans opened after `key` (a refold from a checkpoint at `key` writes them again).
+        func deleteSpans(_ app: String, _ device: String, after key: EventKey) throws {
+            try deleteSpansAfter.run { $0.add(app); $0.add(device); $0.add(key.at); $0.add(key.eventID) }
         }
 
         /// Writes a folded device (inserted when there is no `stored` state) and its changed spans.

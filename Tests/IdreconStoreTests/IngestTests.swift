@@ -83,6 +83,55 @@ import Testing
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 
+    /// A late event of a device or an ASID with a long history refolds from the entity's
+    /// checkpoint when the log shows it holds, and from its first event when an event older than
+    /// the checkpoint came in since: the live projections equal a replay's throughout, and each
+    /// entity keeps a checkpoint behind its latest events.
+    @Test(arguments: [4, 5])
+    func lateEventsRefoldFromTheirEntitysCheckpoint(seed: UInt64) throws {
+        let dir = TempDir()
+        let path = dir.path("db.sqlite")
+        var store = try EventStore(path: path, projections: .standard)
+        var rng = SeededGenerator(seed: seed)
+        var n = 0
+        for round in 0..<160 {
+            var lines: [String] = []
+            for _ in 0..<(Int(rng.next() % 5) + 1) {
+                n += 1
+                let device = "D\(rng.next() % 3)", asid = "1\(rng.next() % 2)"
+                // Mostly in order; late ones mostly a little late (behind the checkpoint's lag or
+                // not), a few before every login of their ASID.
+                let lateness = rng.next() % 4 == 0 ? Double(rng.next() % 200) / 20 : 0
+                let day = max(0.001, 1 + Double(n) / 20 - lateness)
+                lines.append(rng.next() % 9 == 0
+                    ? Stream.logout("e\(n)", day: day, device: device)
+                    : Stream.login("e\(n)", day: day, device: device, asid: asid, limited: rng.next() % 3 == 0))
+            }
+            let records = BatchValidator.validate(lines.enumerated().map { i, line in
+                (Array(line.utf8), RecordOrigin(source: "t", position: Int64(n * 10 + i)))
+            })
+            #expect(try store.append(records, positions: []).appended == lines.count)
+            if round % 40 == 39 {
+                #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+                store = try EventStore(path: path, projections: .standard)
+            }
+        }
+        let (asids, devices) = try store.read { db in
+            (try Int.fetchOne(db, sql: """
+                SELECT count(*) FROM asid_fold_checkpoints c
+                WHERE c.from_seq > (SELECT min(seq) FROM events e WHERE e.asid = c.asid)
+                  AND (SELECT count(*) FROM events e WHERE e.asid = c.asid AND (e.occurred_at, e.event_id) > (c.last_at, c.last_event)) >= 64
+                """)!,
+             try Int.fetchOne(db, sql: """
+                SELECT count(*) FROM device_fold_checkpoints c
+                WHERE (SELECT count(*) FROM events e WHERE e.device_id = c.device_id
+                         AND (e.occurred_at, e.event_id) > (c.last_at, c.last_event)) >= 64
+                """)!)
+        }
+        #expect(asids == 2 && devices == 3)
+        #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+    }
+
     /// A late event's refold, right after an append that made the projections due a bulk
     /// build, finds the events of its device through the log's keys.
     @Test func aLateEventAfterABulkDueAppendRefoldsItsDevice() throws {
