@@ -66,12 +66,7 @@ import Testing
                     ? Stream.logout("e\(n)", day: day, device: device)
                     : Stream.login("e\(n)", day: day, device: device, asid: asid, limited: rng.next() % 2 == 0))
             }
-            // Folded with each transaction (no write-behind), so that a late event meets its
-            // entity's stored state.
-            let records = BatchValidator.validate(lines.enumerated().map { i, line in
-                (Array(line.utf8), RecordOrigin(source: "t", position: Int64(n * 10 + i)))
-            })
-            #expect(try store.append(records, positions: []).appended == lines.count)
+            #expect(try appendFolding(store, lines, after: n) == lines.count)
             if round % 7 == 6 { store = try EventStore(path: path, projections: .standard, keyShape: shape) }
         }
         #expect(try store.read { db in try logKeysKept(db) })
@@ -107,10 +102,7 @@ import Testing
                     ? Stream.logout("e\(n)", day: day, device: device)
                     : Stream.login("e\(n)", day: day, device: device, asid: asid, limited: rng.next() % 3 == 0))
             }
-            let records = BatchValidator.validate(lines.enumerated().map { i, line in
-                (Array(line.utf8), RecordOrigin(source: "t", position: Int64(n * 10 + i)))
-            })
-            #expect(try store.append(records, positions: []).appended == lines.count)
+            #expect(try appendFolding(store, lines, after: n) == lines.count)
             if round % 40 == 39 {
                 #expect(try store.replay(verifyOnly: true).drift.isEmpty)
                 store = try EventStore(path: path, projections: .standard)
@@ -130,6 +122,15 @@ import Testing
         }
         #expect(asids == 2 && devices == 3)
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+    }
+
+    /// Appends `lines` in one transaction, which folds them (no write-behind), so that a late
+    /// event meets its entity's stored state; their positions follow `n`'s. Returns the appended.
+    private func appendFolding(_ store: EventStore, _ lines: [String], after n: Int) throws -> Int {
+        let records = BatchValidator.validate(lines.enumerated().map { i, line in
+            (Array(line.utf8), RecordOrigin(source: "t", position: Int64(n * 10 + i)))
+        })
+        return try store.append(records, positions: []).appended
     }
 
     /// A late event's refold, right after an append that made the projections due a bulk
