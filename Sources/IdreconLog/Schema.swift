@@ -739,7 +739,7 @@ package enum Schema {
             // A late event was folded again with every event of its device, a late login with every
             // login of its ASID: a cost per late event that grew with the entity's history. A
             // checkpoint is the fold's state at one of the entity's events, some behind its
-            // latest, and which events of the log it holds (`AccessProjection.Checkpoint`); a
+            // latest, and which events of the log it holds (`FoldCheckpoint`); a
             // refold reads only the events after it. The log's tables, not a generation's: a
             // rebuild of the projections leaves them true.
             try db.execute(sql: """

@@ -123,51 +123,39 @@ enum AccessProjection: Projection {
 
     // MARK: Late logins
 
-    /// How many of an ASID's latest logins a checkpoint stays behind, and how many logins after
-    /// it a refold reads before it moves the checkpoint up: a late login within the last
-    /// `checkpointLag` logins refolds at most `2 * checkpointLag` of them plus the late ones,
-    /// whatever the ASID's history.
-    static let checkpointLag = 64
-
-    /// Folds an ASID's logins again after a late one: from its checkpoint (`Checkpoint`) when
-    /// the log shows it still holds, else from its first login. Leaves a checkpoint
-    /// `checkpointLag` logins behind the latest when the refold read `2 * checkpointLag` or more.
+    /// Folds an ASID's logins again after a late one: from its checkpoint when the log shows it
+    /// still holds (`FoldCheckpoint`), else from its first login; leaves a new checkpoint when
+    /// the refold read enough logins.
     static func refold(_ asid: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
         let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
+        let checkpoint = try rows.checkpoint(asid)
+        let (logins, fromCheckpoint) = try FoldCheckpoint.events(
+            seqs: seqs, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
+        ) { try rows.login(asid, seq: $0) }
         var fold: Fold
-        var logins: [(seq: Int64, login: Login)]
-        if let checkpoint = try rows.checkpoint(asid),
-           let after = try rows.logged(asid, seqs: seqs.drop { $0 < checkpoint.fromSeq }, after: checkpoint) {
-            logins = after
-            logins.sort { $0.login.key < $1.login.key }
+        if fromCheckpoint, let checkpoint {
             fold = Fold(continuing: checkpoint.last)
             try rows.deleteSpans(asid, after: checkpoint.last.key)
         } else {
-            logins = try rows.logged(asid, seqs: seqs[...], after: nil) ?? []
-            logins.sort { $0.login.key < $1.login.key }
             fold = Fold()
             try rows.deleteSpans(asid)
             try rows.dropCheckpoint(asid)
         }
-        for (_, login) in logins { fold.add(login) }
-        if logins.count >= 2 * checkpointLag, let written = seqs.last {
-            let at = logins.count - checkpointLag - 1
-            let behind = logins[(at + 1)...].lazy.map(\.seq).min()!
-            let last = logins[at].login
-            try rows.save(asid, Checkpoint(last: (last.key, last.limited), fromSeq: behind, writtenSeq: written))
+        let next = FoldCheckpoint.next(after: logins, seqs: seqs)
+        for (i, (_, login)) in logins.enumerated() {
+            fold.add(login)
+            if let next, i == next.index, let last = fold.last {
+                try rows.save(asid, Checkpoint(last: last, positions: next.positions))
+            }
         }
         return fold
     }
 
-    /// An ASID's fold state at one of its logins (its latest login up to `last`), and which of
-    /// the log's logins it holds: every login of the ASID with a key after `last` has a `seq` of
-    /// `fromSeq` or more, and those with keys up to `last` and a `seq` up to `writtenSeq` are
-    /// folded into it. A login with a key up to `last` and a later `seq` (one later still than
-    /// the checkpoint) makes it void: the refold starts from the first login again.
+    /// An ASID's fold state at one of its logins (the login, and whether it is limited) and
+    /// which of the log's logins it holds (`FoldCheckpoint.Positions`).
     struct Checkpoint {
         var last: (key: EventKey, limited: Bool)
-        var fromSeq: Int64
-        var writtenSeq: Int64
+        var positions: FoldCheckpoint.Positions
     }
 
     // MARK: Bulk
@@ -281,29 +269,19 @@ enum AccessProjection: Projection {
             try deleteSpansAfter.run { $0.add(asid); $0.add(key.at); $0.add(key.eventID) }
         }
 
-        /// The ASID's logins among the events `seqs` (their login keys' hashes: the ASID is
-        /// compared), each with its `seq`. After a `checkpoint`: only the logins it does not
-        /// hold, or nil when one of them shows it void (`Checkpoint`).
-        func logged(_ asid: String, seqs: ArraySlice<Int64>, after checkpoint: Checkpoint?) throws -> [(seq: Int64, login: Login)]? {
-            var logins: [(seq: Int64, login: Login)] = []
-            var void = false
-            for seq in seqs where !void {
-                try loggedLogins.each({ $0.add(seq); $0.add(asid) }) { row in
-                    let event = LoggedEvent(row)
-                    if let checkpoint, !(checkpoint.last.key < event.key) {
-                        void = seq > checkpoint.writtenSeq
-                        return
-                    }
-                    logins.append((seq, Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID)))
-                }
+        /// The ASID's login logged under `seq`; nil when that event is another's (the log's
+        /// key is a hash).
+        func login(_ asid: String, seq: Int64) throws -> Login? {
+            try loggedLogins.first({ $0.add(seq); $0.add(asid) }) { row in
+                let event = LoggedEvent(row)
+                return Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID)
             }
-            return void ? nil : logins
         }
 
         func checkpoint(_ asid: String) throws -> Checkpoint? {
             try loadCheckpoint.first({ $0.add(asid) }) { row in
                 Checkpoint(last: (EventKey(at: row.int(0), eventID: row.string(1)), row.string(2) == "limited"),
-                           fromSeq: row.int(3), writtenSeq: row.int(4))
+                           positions: FoldCheckpoint.Positions(fromSeq: row.int(3), writtenSeq: row.int(4)))
             }
         }
 
@@ -312,7 +290,8 @@ enum AccessProjection: Projection {
         func save(_ asid: String, _ checkpoint: Checkpoint) throws {
             try saveCheckpoint.run {
                 $0.add(asid); $0.add(checkpoint.last.key.at); $0.add(checkpoint.last.key.eventID)
-                $0.add(checkpoint.last.limited ? "limited" : "enabled"); $0.add(checkpoint.fromSeq); $0.add(checkpoint.writtenSeq)
+                $0.add(checkpoint.last.limited ? "limited" : "enabled")
+                $0.add(checkpoint.positions.fromSeq); $0.add(checkpoint.positions.writtenSeq)
             }
         }
     }

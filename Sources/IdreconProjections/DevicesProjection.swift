@@ -131,47 +131,37 @@ enum DevicesProjection: Projection {
 
     // MARK: Late events
 
-    /// How many of a device's latest events a checkpoint stays behind, and how many events
-    /// after it a refold reads before it moves the checkpoint up (as `AccessProjection`'s).
-    static let checkpointLag = AccessProjection.checkpointLag
-
-    /// Folds a device's events again after a late one: from its checkpoint (`Checkpoint`) when
-    /// the log shows it still holds, else from its first event. Leaves a checkpoint
-    /// `checkpointLag` events behind the latest when the refold read `2 * checkpointLag` or more.
+    /// Folds a device's events again after a late one: from its checkpoint when the log shows it
+    /// still holds (`FoldCheckpoint`), else from its first event; leaves a new checkpoint when
+    /// the refold read enough events.
     static func refold(_ app: String, _ id: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
         let seqs = try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq)
+        let checkpoint = try rows.checkpoint(app, id)
+        let (facts, fromCheckpoint) = try FoldCheckpoint.events(
+            seqs: seqs, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
+        ) { try rows.fact(app, id, seq: $0) }
         var fold: Fold
-        var facts: [(seq: Int64, fact: DeviceFact)]
-        if let checkpoint = try rows.checkpoint(app, id),
-           let after = try rows.logged(app, id, seqs: seqs.drop { $0 < checkpoint.fromSeq }, after: checkpoint) {
-            facts = after
-            facts.sort { $0.fact.key < $1.fact.key }
+        if fromCheckpoint, let checkpoint, let last = checkpoint.state.last {
             fold = Fold(continuing: checkpoint.state)
-            try rows.deleteSpans(app, id, after: checkpoint.state.last!)
+            try rows.deleteSpans(app, id, after: last)
         } else {
-            facts = try rows.logged(app, id, seqs: seqs[...], after: nil) ?? []
-            facts.sort { $0.fact.key < $1.fact.key }
             fold = Fold()
             try rows.deleteSpans(app, id)
             try rows.dropCheckpoint(app, id)
         }
-        let at = facts.count >= 2 * checkpointLag ? facts.count - checkpointLag - 1 : -1
+        let next = FoldCheckpoint.next(after: facts, seqs: seqs)
         for (i, (_, fact)) in facts.enumerated() {
             fold.add(fact)
-            if i == at, let written = seqs.last {
-                let behind = facts[(at + 1)...].lazy.map(\.seq).min()!
-                try rows.save(app, id, Checkpoint(state: fold.state, fromSeq: behind, writtenSeq: written))
-            }
+            if let next, i == next.index { try rows.save(app, id, Checkpoint(state: fold.state, positions: next.positions)) }
         }
         return fold
     }
 
-    /// A device's fold state at one of its events (its `last`), and which of the log's events it
-    /// holds, as `AccessProjection.Checkpoint` says for an ASID's logins.
+    /// A device's fold state at one of its events (its `last`) and which of the log's events it
+    /// holds (`FoldCheckpoint.Positions`).
     struct Checkpoint {
         var state: DeviceState
-        var fromSeq: Int64
-        var writtenSeq: Int64
+        var positions: FoldCheckpoint.Positions
     }
 
     // MARK: Rows
@@ -260,36 +250,22 @@ enum DevicesProjection: Projection {
             return s
         }
 
-        /// The device's events among `seqs` (their device keys' hashes: the IDs are compared),
-        /// each with its `seq`. After a `checkpoint`: only the events it does not hold, or nil
-        /// when one of them shows it void (`AccessProjection.Checkpoint`).
-        func logged(_ app: String, _ device: String, seqs: ArraySlice<Int64>,
-                    after checkpoint: Checkpoint?) throws -> [(seq: Int64, fact: DeviceFact)]? {
-            var facts: [(seq: Int64, fact: DeviceFact)] = []
-            var void = false
-            for seq in seqs where !void {
-                try loggedEvent.each({ $0.add(seq); $0.add(app); $0.add(device) }) { row in
-                    let fact = LoggedEvent(row).deviceFact
-                    if let last = checkpoint?.state.last, !(last < fact.key) {
-                        void = seq > checkpoint!.writtenSeq
-                        return
-                    }
-                    facts.append((seq, fact))
-                }
-            }
-            return void ? nil : facts
+        /// The device's event logged under `seq`, as its fold reads it; nil when that event is
+        /// another device's (the log's key is a hash).
+        func fact(_ app: String, _ device: String, seq: Int64) throws -> DeviceFact? {
+            try loggedEvent.first({ $0.add(seq); $0.add(app); $0.add(device) }) { LoggedEvent($0).deviceFact }
         }
 
         func checkpoint(_ app: String, _ device: String) throws -> Checkpoint? {
             try loadCheckpoint.first({ $0.add(app); $0.add(device) }) { row in
-                Checkpoint(state: Self.state(row), fromSeq: row.int(11), writtenSeq: row.int(12))
+                Checkpoint(state: Self.state(row), positions: FoldCheckpoint.Positions(fromSeq: row.int(11), writtenSeq: row.int(12)))
             }
         }
 
         func save(_ app: String, _ device: String, _ checkpoint: Checkpoint) throws {
             try saveCheckpoint.run {
                 Self.device(app, device, checkpoint.state, &$0)
-                $0.add(checkpoint.fromSeq); $0.add(checkpoint.writtenSeq)
+                $0.add(checkpoint.positions.fromSeq); $0.add(checkpoint.positions.writtenSeq)
             }
         }
 
