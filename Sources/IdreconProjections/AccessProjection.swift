@@ -130,7 +130,7 @@ enum AccessProjection: Projection {
         let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
         let checkpoint = try rows.checkpoint(asid)
         let (logins, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
+            seqs: seqs, visibleSeq: context.visibleSeq, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
         ) { try rows.login(asid, seq: $0) }
         var fold: Fold
         if fromCheckpoint, let checkpoint {

@@ -138,7 +138,7 @@ enum DevicesProjection: Projection {
         let seqs = try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq)
         let checkpoint = try rows.checkpoint(app, id)
         let (facts, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
+            seqs: seqs, visibleSeq: context.visibleSeq, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
         ) { try rows.fact(app, id, seq: $0) }
         var fold: Fold
         if fromCheckpoint, let checkpoint, let last = checkpoint.state.last {

@@ -21,13 +21,16 @@ enum FoldCheckpoint {
 
     /// The entity's events a refold folds, in key order, each with its `seq`: those after
     /// `checkpoint` (its key and positions) when the log shows it holds (`fromCheckpoint`), else
-    /// every one. `seqs` are the entity's events' (ascending; the log's keys are hashes, so
-    /// `read` gives nil for another entity's); `key` is an event's key.
+    /// every one. `seqs` are the entity's events' up to `visibleSeq` (ascending; the log's keys
+    /// are hashes, so `read` gives nil for another entity's); `key` is an event's key. A
+    /// checkpoint written past `visibleSeq` may hold events this fold must not see (a replay's
+    /// catch-up folds its new generation in chunks behind the live one, whose refolds write
+    /// checkpoints too): it is not used.
     static func events<Event>(
-        seqs: [Int64], checkpoint: (key: EventKey, positions: Positions)?, key: (Event) -> EventKey,
-        read: (Int64) throws -> Event?
+        seqs: [Int64], visibleSeq: Int64, checkpoint: (key: EventKey, positions: Positions)?,
+        key: (Event) -> EventKey, read: (Int64) throws -> Event?
     ) throws -> (events: [(seq: Int64, event: Event)], fromCheckpoint: Bool) {
-        if let checkpoint {
+        if let checkpoint, checkpoint.positions.writtenSeq <= visibleSeq {
             var events: [(seq: Int64, event: Event)] = []
             var void = false
             for seq in seqs where seq >= checkpoint.positions.fromSeq {
