@@ -105,6 +105,8 @@ enum AccessProjection: Projection {
         }
         guard !byASID.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
+        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.events`).
+        let foldedThrough = (facts.lazy.map(\.seq).min() ?? 1) - 1
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
             let sorted = list.sorted { $0.key < $1.key }
             let stored = try rows.last(asid)
@@ -112,7 +114,7 @@ enum AccessProjection: Projection {
             if let stored, sorted[0].key < stored.key {
                 // A late login: fold the ASID's logins again from the log (which holds this
                 // batch's too), from its checkpoint when it has a valid one.
-                fold = try refold(asid, rows, context)
+                fold = try refold(asid, rows, context, foldedThrough: foldedThrough)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
                 for login in sorted { fold.add(login) }
@@ -126,11 +128,11 @@ enum AccessProjection: Projection {
     /// Folds an ASID's logins again after a late one: from its checkpoint when the log shows it
     /// still holds (`FoldCheckpoint`), else from its first login; leaves a new checkpoint when
     /// the refold read enough logins.
-    static func refold(_ asid: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
+    static func refold(_ asid: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64) throws -> Fold {
         let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
         let checkpoint = try rows.checkpoint(asid)
         let (logins, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, visibleSeq: context.visibleSeq, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
+            seqs: seqs, foldedThrough: foldedThrough, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
         ) { try rows.login(asid, seq: $0) }
         var fold: Fold
         if fromCheckpoint, let checkpoint {

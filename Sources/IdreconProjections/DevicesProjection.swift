@@ -112,6 +112,8 @@ enum DevicesProjection: Projection {
         var byDevice: [ByteTextPair: [DeviceFact]] = [:]
         for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
         let rows = try Rows(context.db, context.tables)
+        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.events`).
+        let foldedThrough = (facts.lazy.map(\.seq).min() ?? 1) - 1
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)
             let sorted = list.sorted { $0.key < $1.key }
@@ -120,7 +122,7 @@ enum DevicesProjection: Projection {
             if let stored, let last = stored.last, sorted[0].key < last {
                 // A late event: fold the device again from the log (which holds this
                 // transaction's events too), from its checkpoint when it has a valid one.
-                fold = try refold(app, id, rows, context)
+                fold = try refold(app, id, rows, context, foldedThrough: foldedThrough)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
                 for fact in sorted { fold.add(fact) }
@@ -134,11 +136,13 @@ enum DevicesProjection: Projection {
     /// Folds a device's events again after a late one: from its checkpoint when the log shows it
     /// still holds (`FoldCheckpoint`), else from its first event; leaves a new checkpoint when
     /// the refold read enough events.
-    static func refold(_ app: String, _ id: String, _ rows: Rows, _ context: ProjectionContext) throws -> Fold {
+    static func refold(
+        _ app: String, _ id: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64
+    ) throws -> Fold {
         let seqs = try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq)
         let checkpoint = try rows.checkpoint(app, id)
         let (facts, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, visibleSeq: context.visibleSeq, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
+            seqs: seqs, foldedThrough: foldedThrough, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
         ) { try rows.fact(app, id, seq: $0) }
         var fold: Fold
         if fromCheckpoint, let checkpoint, let last = checkpoint.state.last {

@@ -21,16 +21,17 @@ enum FoldCheckpoint {
 
     /// The entity's events a refold folds, in key order, each with its `seq`: those after
     /// `checkpoint` (its key and positions) when the log shows it holds (`fromCheckpoint`), else
-    /// every one. `seqs` are the entity's events' up to `visibleSeq` (ascending; the log's keys
-    /// are hashes, so `read` gives nil for another entity's); `key` is an event's key. A
-    /// checkpoint written past `visibleSeq` may hold events this fold must not see (a replay's
-    /// catch-up folds its new generation in chunks behind the live one, whose refolds write
-    /// checkpoints too): it is not used.
+    /// every one. `seqs` are the entity's events' (ascending; the log's keys are hashes, so
+    /// `read` gives nil for another entity's); `key` is an event's key. The projection's tables
+    /// hold the log up to `foldedThrough` (the `seq` before the facts being folded): a checkpoint
+    /// written past it holds events the tables do not (a replay's catch-up folds its new
+    /// generation in chunks behind the live one, whose refolds write checkpoints too), and is not
+    /// used, since the spans before it would not be the ones it was folded with.
     static func events<Event>(
-        seqs: [Int64], visibleSeq: Int64, checkpoint: (key: EventKey, positions: Positions)?,
+        seqs: [Int64], foldedThrough: Int64, checkpoint: (key: EventKey, positions: Positions)?,
         key: (Event) -> EventKey, read: (Int64) throws -> Event?
     ) throws -> (events: [(seq: Int64, event: Event)], fromCheckpoint: Bool) {
-        if let checkpoint, checkpoint.positions.writtenSeq <= visibleSeq {
+        if let checkpoint, checkpoint.positions.writtenSeq <= foldedThrough {
             var events: [(seq: Int64, event: Event)] = []
             var void = false
             for seq in seqs where seq >= checkpoint.positions.fromSeq {
