@@ -124,6 +124,41 @@ import Testing
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 
+    /// A fold whose tables are behind the log (a replay's catch-up, chunk by chunk) does not
+    /// refold from a checkpoint written past them: it would keep spans its tables never had. A
+    /// new generation caught up in two chunks, the second holding a late login the live
+    /// generation's checkpoint holds, equals the live generation.
+    @Test func aCatchUpBehindACheckpointFoldsAsTheLiveGenerationDid() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"), projections: .standard)
+        let logins = (1...150).map { i in
+            Stream.login("e\(i)", day: 1 + Double(i) / 20, device: "D", asid: "11", limited: i % 3 == 0)
+        }
+        #expect(try appendFolding(store, logins, after: 0) == 150)
+        // Early in the history: refolded from the first login, leaving a checkpoint (written at seq 151).
+        let early = Stream.login("e151", day: 1 + 50.5 / 20, device: "D", asid: "11", limited: true)
+        #expect(try appendFolding(store, [early], after: 151) == 1)
+        // After the checkpoint: refolded from it.
+        let late = Stream.login("e152", day: 1 + 140.5 / 20, device: "D", asid: "11", limited: false)
+        #expect(try appendFolding(store, [late], after: 152) == 1)
+        let written = try store.read { db in
+            try Int64.fetchAll(db, sql: """
+                SELECT written_seq FROM asid_fold_checkpoints UNION ALL SELECT written_seq FROM device_fold_checkpoints
+                """)
+        }
+        #expect(written == [151, 151])
+        let rebuilt = ProjectionTables(generation: 9, registry: .standard)
+        let (digests, live) = try store.writeFolding { db, keys in
+            try rebuilt.createTables(db, indexed: true)
+            _ = try ProjectionEngine.catchUp(db, keys: keys, tables: rebuilt, config: IdentityConfig(), after: 0, through: 140)
+            _ = try ProjectionEngine.catchUp(db, keys: keys, tables: rebuilt, config: IdentityConfig(), after: 140)
+            let names = ["devices", "limited_spans", "asid_last_logins", "asid_limited_spans"]
+            return (try ProjectionTables.digests(db, tables: rebuilt, names: names),
+                    try ProjectionTables.digests(db, tables: .views, names: names))
+        }
+        #expect(digests == live)
+    }
+
     /// Appends `lines` in one transaction, which folds them (no write-behind), so that a late
     /// event meets its entity's stored state; their positions follow `n`'s. Returns the appended.
     private func appendFolding(_ store: EventStore, _ lines: [String], after n: Int) throws -> Int {
