@@ -128,7 +128,9 @@ enum AccessProjection: Projection {
     /// Folds an ASID's logins again after a late one: from its checkpoint when the log shows it
     /// still holds (`FoldCheckpoint`), else from its first login; leaves a new checkpoint when
     /// the refold read enough logins.
-    static func refold(_ asid: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64) throws -> Fold {
+    static func refold(
+        _ asid: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64
+    ) throws -> Fold {
         let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
         let checkpoint = try rows.checkpoint(asid)
         let (logins, fromCheckpoint) = try FoldCheckpoint.events(
@@ -276,7 +278,8 @@ enum AccessProjection: Projection {
         func login(_ asid: String, seq: Int64) throws -> Login? {
             try loggedLogins.first({ $0.add(seq); $0.add(asid) }) { row in
                 let event = LoggedEvent(row)
-                return Login(key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID)
+                return Login(
+                    key: event.key, limited: event.tracking == .limited, app: event.appID, device: event.deviceID)
             }
         }
 

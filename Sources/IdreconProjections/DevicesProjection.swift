@@ -156,7 +156,9 @@ enum DevicesProjection: Projection {
         let next = FoldCheckpoint.next(after: facts, seqs: seqs)
         for (i, (_, fact)) in facts.enumerated() {
             fold.add(fact)
-            if let next, i == next.index { try rows.save(app, id, Checkpoint(state: fold.state, positions: next.positions)) }
+            if let next, i == next.index {
+                try rows.save(app, id, Checkpoint(state: fold.state, positions: next.positions))
+            }
         }
         return fold
     }
@@ -262,7 +264,8 @@ enum DevicesProjection: Projection {
 
         func checkpoint(_ app: String, _ device: String) throws -> Checkpoint? {
             try loadCheckpoint.first({ $0.add(app); $0.add(device) }) { row in
-                Checkpoint(state: Self.state(row), positions: FoldCheckpoint.Positions(fromSeq: row.int(11), writtenSeq: row.int(12)))
+                Checkpoint(state: Self.state(row),
+                           positions: FoldCheckpoint.Positions(fromSeq: row.int(11), writtenSeq: row.int(12)))
             }
         }
 

@@ -52,7 +52,9 @@ enum FoldCheckpoint {
 
     /// Where a refold that folds `events` (key order) leaves a checkpoint: after the event at
     /// `index`, `lag` before the last; nil when it read fewer than `2 * lag`. `seqs` as for `events`.
-    static func next<Event>(after events: [(seq: Int64, event: Event)], seqs: [Int64]) -> (index: Int, positions: Positions)? {
+    static func next<Event>(
+        after events: [(seq: Int64, event: Event)], seqs: [Int64]
+    ) -> (index: Int, positions: Positions)? {
         guard events.count >= 2 * lag, let written = seqs.last else { return nil }
         let index = events.count - lag - 1
         let from = events[(index + 1)...].lazy.map(\.seq).min()!
