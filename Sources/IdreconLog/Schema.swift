@@ -773,6 +773,55 @@ package enum Schema {
                 ) STRICT, WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v22-fold-checkpoint-levels") { db in
+            // One checkpoint per entity bounded a late event's refold only within the entity's
+            // last 64 events: an older one read the whole history. Checkpoints at several depths
+            // (`FoldCheckpoint.lags`, the `level`'s index) bound it by how late it is. The v21
+            // rows are level 0 (64 behind).
+            try db.execute(sql: """
+                ALTER TABLE asid_fold_checkpoints RENAME TO asid_fold_checkpoints_v21;
+                CREATE TABLE asid_fold_checkpoints (
+                    asid        TEXT NOT NULL,
+                    level       INTEGER NOT NULL CHECK (level BETWEEN 0 AND 15),
+                    last_at     INTEGER NOT NULL,
+                    last_event  TEXT NOT NULL,
+                    tracking    TEXT NOT NULL CHECK (tracking IN ('enabled', 'limited')),
+                    from_seq    INTEGER NOT NULL CHECK (from_seq >= 1),
+                    written_seq INTEGER NOT NULL CHECK (written_seq >= from_seq),
+                    PRIMARY KEY (asid, level)
+                ) STRICT, WITHOUT ROWID;
+                INSERT INTO asid_fold_checkpoints
+                    SELECT asid, 0, last_at, last_event, tracking, from_seq, written_seq FROM asid_fold_checkpoints_v21;
+                DROP TABLE asid_fold_checkpoints_v21;
+
+                ALTER TABLE device_fold_checkpoints RENAME TO device_fold_checkpoints_v21;
+                CREATE TABLE device_fold_checkpoints (
+                    app_id      TEXT NOT NULL,
+                    device_id   TEXT NOT NULL,
+                    level       INTEGER NOT NULL CHECK (level BETWEEN 0 AND 15),
+                    mode        TEXT NOT NULL CHECK (mode IN ('enabled', 'limited', 'logged_out')),
+                    asid        TEXT,
+                    first_at    INTEGER NOT NULL,
+                    first_event TEXT NOT NULL,
+                    last_at     INTEGER NOT NULL,
+                    last_event  TEXT NOT NULL,
+                    logins      INTEGER NOT NULL CHECK (logins >= 0),
+                    logouts     INTEGER NOT NULL CHECK (logouts >= 0),
+                    anomalies   INTEGER NOT NULL CHECK (anomalies >= 0),
+                    last_login_tracking TEXT CHECK (last_login_tracking IN ('enabled', 'limited')),
+                    logout_since_login  INTEGER NOT NULL CHECK (logout_since_login IN (0, 1)),
+                    from_seq    INTEGER NOT NULL CHECK (from_seq >= 1),
+                    written_seq INTEGER NOT NULL CHECK (written_seq >= from_seq),
+                    PRIMARY KEY (app_id, device_id, level),
+                    CHECK ((mode = 'logged_out') = (asid IS NULL))
+                ) STRICT, WITHOUT ROWID;
+                INSERT INTO device_fold_checkpoints
+                    SELECT app_id, device_id, 0, mode, asid, first_at, first_event, last_at, last_event, logins,
+                        logouts, anomalies, last_login_tracking, logout_since_login, from_seq, written_seq
+                    FROM device_fold_checkpoints_v21;
+                DROP TABLE device_fold_checkpoints_v21;
+                """)
+        }
         return migrator
     }
 }

@@ -105,7 +105,7 @@ enum AccessProjection: Projection {
         }
         guard !byASID.isEmpty else { return }
         let rows = try Rows(context.db, context.tables)
-        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.events`).
+        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.plan`).
         let foldedThrough = (facts.lazy.map(\.seq).min() ?? 1) - 1
         for (asid, list) in byASID.sorted(by: { $0.key < $1.key }) {
             let sorted = list.sorted { $0.key < $1.key }
@@ -113,7 +113,7 @@ enum AccessProjection: Projection {
             var fold: Fold
             if let stored, sorted[0].key < stored.key {
                 // A late login: fold the ASID's logins again from the log (which holds this
-                // batch's too), from its checkpoint when it has a valid one.
+                // batch's too), from its latest valid checkpoint.
                 fold = try refold(asid, rows, context, foldedThrough: foldedThrough)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
@@ -125,41 +125,47 @@ enum AccessProjection: Projection {
 
     // MARK: Late logins
 
-    /// Folds an ASID's logins again after a late one: from its checkpoint when the log shows it
-    /// still holds (`FoldCheckpoint`), else from its first login; leaves a new checkpoint when
-    /// the refold read enough logins.
+    /// Folds an ASID's logins again after a late one: from its latest checkpoint the log shows
+    /// still holds (`FoldCheckpoint`), else from its first login; leaves new checkpoints at the
+    /// levels whose lag the refold read twice over.
     static func refold(
         _ asid: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64
     ) throws -> Fold {
         let seqs = try context.keys.logins(StableHash.key(asid), through: context.visibleSeq)
-        let checkpoint = try rows.checkpoint(asid)
-        let (logins, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, foldedThrough: foldedThrough, checkpoint: checkpoint.map { ($0.last.key, $0.positions) }, key: \.key
+        let checkpoints = try rows.checkpoints(asid)
+        let plan = try FoldCheckpoint.plan(
+            seqs: seqs, foldedThrough: foldedThrough, checkpoints: checkpoints.map(\.stored), key: \.key
         ) { try rows.login(asid, seq: $0) }
         var fold: Fold
-        if fromCheckpoint, let checkpoint {
+        if let from = plan.from, let checkpoint = checkpoints.first(where: { $0.stored.level == from.level }) {
             fold = Fold(continuing: checkpoint.last)
-            try rows.deleteSpans(asid, after: checkpoint.last.key)
+            try rows.deleteSpans(asid, after: from.key)
         } else {
             fold = Fold()
             try rows.deleteSpans(asid)
-            try rows.dropCheckpoint(asid)
         }
-        let next = FoldCheckpoint.next(after: logins, seqs: seqs)
-        for (i, (_, login)) in logins.enumerated() {
+        let next = FoldCheckpoint.next(after: plan.events, seqs: seqs)
+        for level in plan.void where !next.contains(where: { $0.level == level }) {
+            try rows.dropCheckpoint(asid, level: level)
+        }
+        var pending = next[...]
+        for (i, (_, login)) in plan.events.enumerated() {
             fold.add(login)
-            if let next, i == next.index, let last = fold.last {
-                try rows.save(asid, Checkpoint(last: last, positions: next.positions))
+            while let point = pending.first, point.index == i {
+                pending.removeFirst()
+                guard let last = fold.last else { continue }
+                try rows.save(asid, Checkpoint(last: last, stored: .init(level: point.level, key: last.key,
+                                                                          positions: point.positions)))
             }
         }
         return fold
     }
 
-    /// An ASID's fold state at one of its logins (the login, and whether it is limited) and
-    /// which of the log's logins it holds (`FoldCheckpoint.Positions`).
+    /// An ASID's fold state at one of its logins (the login, and whether it is limited), at one
+    /// of the checkpoints' levels, and which of the log's logins it holds (`FoldCheckpoint.Stored`).
     struct Checkpoint {
         var last: (key: EventKey, limited: Bool)
-        var positions: FoldCheckpoint.Positions
+        var stored: FoldCheckpoint.Stored
     }
 
     // MARK: Bulk
@@ -199,7 +205,7 @@ enum AccessProjection: Projection {
     /// place that lists their columns.
     struct Rows {
         private let loadLast, saveLast, closeSpan, deleteSpans_, deleteSpansAfter, loggedLogins: BulkStatement
-        private let loadCheckpoint, saveCheckpoint, deleteCheckpoint: BulkStatement
+        private let loadCheckpoints, saveCheckpoint, deleteCheckpoint: BulkStatement
         private let insertLast, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
@@ -223,14 +229,18 @@ enum AccessProjection: Projection {
                 """)
             // The log's, not a generation's: a checkpoint is a fold of logged logins, which a
             // rebuild of the projections does not change.
-            loadCheckpoint = try BulkStatement(cached: db, """
-                SELECT last_at, last_event, tracking, from_seq, written_seq FROM asid_fold_checkpoints WHERE asid = ?
+            loadCheckpoints = try BulkStatement(cached: db, """
+                SELECT level, last_at, last_event, tracking, from_seq, written_seq FROM asid_fold_checkpoints
+                WHERE asid = ?
                 """)
             saveCheckpoint = try BulkStatement(cached: db, """
-                INSERT OR REPLACE INTO asid_fold_checkpoints (asid, last_at, last_event, tracking, from_seq, written_seq)
-                VALUES (?, ?, ?, ?, ?, ?)
+                INSERT OR REPLACE INTO asid_fold_checkpoints
+                    (asid, level, last_at, last_event, tracking, from_seq, written_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
                 """)
-            deleteCheckpoint = try BulkStatement(cached: db, "DELETE FROM asid_fold_checkpoints WHERE asid = ?")
+            deleteCheckpoint = try BulkStatement(cached: db, """
+                DELETE FROM asid_fold_checkpoints WHERE asid = ? AND level = ?
+                """)
         }
 
         func last(_ asid: String) throws -> (key: EventKey, limited: Bool)? {
@@ -283,20 +293,28 @@ enum AccessProjection: Projection {
             }
         }
 
-        func checkpoint(_ asid: String) throws -> Checkpoint? {
-            try loadCheckpoint.first({ $0.add(asid) }) { row in
-                Checkpoint(last: (EventKey(at: row.int(0), eventID: row.string(1)), row.string(2) == "limited"),
-                           positions: FoldCheckpoint.Positions(fromSeq: row.int(3), writtenSeq: row.int(4)))
+        /// The ASID's checkpoints, one per level at most.
+        func checkpoints(_ asid: String) throws -> [Checkpoint] {
+            var checkpoints: [Checkpoint] = []
+            try loadCheckpoints.each({ $0.add(asid) }) { row in
+                let last = (key: EventKey(at: row.int(1), eventID: row.string(2)), limited: row.string(3) == "limited")
+                checkpoints.append(Checkpoint(last: last, stored: FoldCheckpoint.Stored(
+                    level: Int(row.int(0)), key: last.key,
+                    positions: FoldCheckpoint.Positions(fromSeq: row.int(4), writtenSeq: row.int(5)))))
             }
+            return checkpoints
         }
 
-        func dropCheckpoint(_ asid: String) throws { try deleteCheckpoint.run { $0.add(asid) } }
+        func dropCheckpoint(_ asid: String, level: Int) throws {
+            try deleteCheckpoint.run { $0.add(asid); $0.add(level) }
+        }
 
         func save(_ asid: String, _ checkpoint: Checkpoint) throws {
             try saveCheckpoint.run {
-                $0.add(asid); $0.add(checkpoint.last.key.at); $0.add(checkpoint.last.key.eventID)
+                $0.add(asid); $0.add(checkpoint.stored.level)
+                $0.add(checkpoint.last.key.at); $0.add(checkpoint.last.key.eventID)
                 $0.add(checkpoint.last.limited ? "limited" : "enabled")
-                $0.add(checkpoint.positions.fromSeq); $0.add(checkpoint.positions.writtenSeq)
+                $0.add(checkpoint.stored.positions.fromSeq); $0.add(checkpoint.stored.positions.writtenSeq)
             }
         }
     }

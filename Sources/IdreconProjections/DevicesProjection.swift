@@ -112,7 +112,7 @@ enum DevicesProjection: Projection {
         var byDevice: [ByteTextPair: [DeviceFact]] = [:]
         for fact in facts { byDevice[ByteTextPair(fact.appID, fact.deviceID), default: []].append(fact.deviceFact) }
         let rows = try Rows(context.db, context.tables)
-        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.events`).
+        // The tables hold the log up to the facts' first `seq` (`FoldCheckpoint.plan`).
         let foldedThrough = (facts.lazy.map(\.seq).min() ?? 1) - 1
         for (device, list) in byDevice.sorted(by: { $0.key < $1.key }) {
             let (app, id) = (device.first.text, device.second.text)
@@ -121,7 +121,7 @@ enum DevicesProjection: Projection {
             var fold: Fold
             if let stored, let last = stored.last, sorted[0].key < last {
                 // A late event: fold the device again from the log (which holds this
-                // transaction's events too), from its checkpoint when it has a valid one.
+                // transaction's events too), from its latest valid checkpoint.
                 fold = try refold(app, id, rows, context, foldedThrough: foldedThrough)
             } else {
                 fold = stored.map(Fold.init(continuing:)) ?? Fold()
@@ -133,41 +133,47 @@ enum DevicesProjection: Projection {
 
     // MARK: Late events
 
-    /// Folds a device's events again after a late one: from its checkpoint when the log shows it
-    /// still holds (`FoldCheckpoint`), else from its first event; leaves a new checkpoint when
-    /// the refold read enough events.
+    /// Folds a device's events again after a late one: from its latest checkpoint the log shows
+    /// still holds (`FoldCheckpoint`), else from its first event; leaves new checkpoints at the
+    /// levels whose lag the refold read twice over.
     static func refold(
         _ app: String, _ id: String, _ rows: Rows, _ context: ProjectionContext, foldedThrough: Int64
     ) throws -> Fold {
         let seqs = try context.keys.deviceEvents(StableHash.key(app, id), through: context.visibleSeq)
-        let checkpoint = try rows.checkpoint(app, id)
-        let (facts, fromCheckpoint) = try FoldCheckpoint.events(
-            seqs: seqs, foldedThrough: foldedThrough, checkpoint: checkpoint.flatMap { c in c.state.last.map { ($0, c.positions) } }, key: \.key
+        let checkpoints = try rows.checkpoints(app, id)
+        let plan = try FoldCheckpoint.plan(
+            seqs: seqs, foldedThrough: foldedThrough, checkpoints: checkpoints.map(\.stored), key: \.key
         ) { try rows.fact(app, id, seq: $0) }
         var fold: Fold
-        if fromCheckpoint, let checkpoint, let last = checkpoint.state.last {
+        if let from = plan.from, let checkpoint = checkpoints.first(where: { $0.stored.level == from.level }) {
             fold = Fold(continuing: checkpoint.state)
-            try rows.deleteSpans(app, id, after: last)
+            try rows.deleteSpans(app, id, after: from.key)
         } else {
             fold = Fold()
             try rows.deleteSpans(app, id)
-            try rows.dropCheckpoint(app, id)
         }
-        let next = FoldCheckpoint.next(after: facts, seqs: seqs)
-        for (i, (_, fact)) in facts.enumerated() {
+        let next = FoldCheckpoint.next(after: plan.events, seqs: seqs)
+        for level in plan.void where !next.contains(where: { $0.level == level }) {
+            try rows.dropCheckpoint(app, id, level: level)
+        }
+        var pending = next[...]
+        for (i, (_, fact)) in plan.events.enumerated() {
             fold.add(fact)
-            if let next, i == next.index {
-                try rows.save(app, id, Checkpoint(state: fold.state, positions: next.positions))
+            while let point = pending.first, point.index == i {
+                pending.removeFirst()
+                guard let last = fold.state.last else { continue }
+                try rows.save(app, id, Checkpoint(state: fold.state, stored: .init(level: point.level, key: last,
+                                                                                   positions: point.positions)))
             }
         }
         return fold
     }
 
-    /// A device's fold state at one of its events (its `last`) and which of the log's events it
-    /// holds (`FoldCheckpoint.Positions`).
+    /// A device's fold state at one of its events (its `last`), at one of the checkpoints'
+    /// levels, and which of the log's events it holds (`FoldCheckpoint.Stored`).
     struct Checkpoint {
         var state: DeviceState
-        var positions: FoldCheckpoint.Positions
+        var stored: FoldCheckpoint.Stored
     }
 
     // MARK: Rows
@@ -176,7 +182,7 @@ enum DevicesProjection: Projection {
     /// lists their columns.
     struct Rows {
         private let loadDevice, updateDevice, updateDeviceSameASID, upsertSpan, deleteSpans, limitedHolds_: BulkStatement
-        private let deleteSpansAfter, loggedEvent, loadCheckpoint, saveCheckpoint, deleteCheckpoint: BulkStatement
+        private let deleteSpansAfter, loggedEvent, loadCheckpoints, saveCheckpoint, deleteCheckpoint: BulkStatement
         private let insertDevice, insertSpan: BulkInsert
 
         init(_ db: Database, _ t: ProjectionTables) throws {
@@ -216,14 +222,18 @@ enum DevicesProjection: Projection {
                 SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq = ? AND app_id = ? AND device_id = ?
                 """)
             // The log's, not a generation's (as `asid_fold_checkpoints`).
-            loadCheckpoint = try BulkStatement(cached: db, """
-                SELECT \(Self.stateColumns), from_seq, written_seq FROM device_fold_checkpoints WHERE app_id = ? AND device_id = ?
+            loadCheckpoints = try BulkStatement(cached: db, """
+                SELECT \(Self.stateColumns), level, from_seq, written_seq FROM device_fold_checkpoints
+                WHERE app_id = ? AND device_id = ?
                 """)
             saveCheckpoint = try BulkStatement(cached: db, """
-                INSERT OR REPLACE INTO device_fold_checkpoints (app_id, device_id, \(Self.stateColumns), from_seq, written_seq)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT OR REPLACE INTO device_fold_checkpoints
+                    (app_id, device_id, \(Self.stateColumns), level, from_seq, written_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
-            deleteCheckpoint = try BulkStatement(cached: db, "DELETE FROM device_fold_checkpoints WHERE app_id = ? AND device_id = ?")
+            deleteCheckpoint = try BulkStatement(cached: db, """
+                DELETE FROM device_fold_checkpoints WHERE app_id = ? AND device_id = ? AND level = ?
+                """)
         }
 
         /// A device's state as `devices` and `device_fold_checkpoints` hold it, after its key.
@@ -262,22 +272,29 @@ enum DevicesProjection: Projection {
             try loggedEvent.first({ $0.add(seq); $0.add(app); $0.add(device) }) { LoggedEvent($0).deviceFact }
         }
 
-        func checkpoint(_ app: String, _ device: String) throws -> Checkpoint? {
-            try loadCheckpoint.first({ $0.add(app); $0.add(device) }) { row in
-                Checkpoint(state: Self.state(row),
-                           positions: FoldCheckpoint.Positions(fromSeq: row.int(11), writtenSeq: row.int(12)))
+        /// The device's checkpoints, one per level at most.
+        func checkpoints(_ app: String, _ device: String) throws -> [Checkpoint] {
+            var checkpoints: [Checkpoint] = []
+            try loadCheckpoints.each({ $0.add(app); $0.add(device) }) { row in
+                let state = Self.state(row)
+                guard let last = state.last else { return }
+                checkpoints.append(Checkpoint(state: state, stored: FoldCheckpoint.Stored(
+                    level: Int(row.int(11)), key: last,
+                    positions: FoldCheckpoint.Positions(fromSeq: row.int(12), writtenSeq: row.int(13)))))
             }
+            return checkpoints
         }
 
         func save(_ app: String, _ device: String, _ checkpoint: Checkpoint) throws {
             try saveCheckpoint.run {
                 Self.device(app, device, checkpoint.state, &$0)
-                $0.add(checkpoint.positions.fromSeq); $0.add(checkpoint.positions.writtenSeq)
+                $0.add(checkpoint.stored.level)
+                $0.add(checkpoint.stored.positions.fromSeq); $0.add(checkpoint.stored.positions.writtenSeq)
             }
         }
 
-        func dropCheckpoint(_ app: String, _ device: String) throws {
-            try deleteCheckpoint.run { $0.add(app); $0.add(device) }
+        func dropCheckpoint(_ app: String, _ device: String, level: Int) throws {
+            try deleteCheckpoint.run { $0.add(app); $0.add(device); $0.add(level) }
         }
 
         /// Deletes the device's spans opened after `key` (a refold from a checkpoint at `key` writes them again).

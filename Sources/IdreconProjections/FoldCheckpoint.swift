@@ -1,14 +1,18 @@
 import IdreconDomain
 
 /// Where a late event's refold starts (schemas/sql.md, "Fold checkpoints"): an entity's fold
-/// state at one of its events, `lag` events behind its latest, with the two positions in the log
-/// that say which events it holds. The rule is here once; each projection keeps its own state
-/// and table (`DevicesProjection.Checkpoint`, `AccessProjection.Checkpoint`).
+/// state at one of its events, at one of several depths behind its latest, with the two
+/// positions in the log that say which events it holds. The rule is here once; each projection
+/// keeps its own state and table (`DevicesProjection.Checkpoint`, `AccessProjection.Checkpoint`).
 enum FoldCheckpoint {
-    /// How many of an entity's latest events a checkpoint stays behind; a refold that read twice
-    /// as many leaves a new one. A late event within the last `lag` events of its entity reads
-    /// about `2 * lag` of them, whatever the entity's history.
-    static let lag = 64
+    /// How many of an entity's latest events the checkpoint of each level stays behind; a refold
+    /// that read twice as many leaves a new one at that level. A late event reads from the
+    /// latest checkpoint older than it: one within the last `lags[l]` events of its entity reads
+    /// at most about `2 * lags[l]` of them (8 times its lateness, each level being 4 times the one
+    /// before) plus those the entity gained since that level was written, whatever the entity's
+    /// history. An entity keeps one checkpoint per 4-fold of its history; one older than the
+    /// deepest still reads it all.
+    static let lags = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144]
 
     /// Every event of the entity with a key after the checkpoint's has a `seq` of `fromSeq` or
     /// more; those with keys up to it and a `seq` up to `writtenSeq` are folded into it. One with a
@@ -19,45 +23,85 @@ enum FoldCheckpoint {
         var writtenSeq: Int64
     }
 
-    /// The entity's events a refold folds, in key order, each with its `seq`: those after
-    /// `checkpoint` (its key and positions) when the log shows it holds (`fromCheckpoint`), else
-    /// every one. `seqs` are the entity's events' (ascending; the log's keys are hashes, so
-    /// `read` gives nil for another entity's); `key` is an event's key. The projection's tables
-    /// hold the log up to `foldedThrough` (the `seq` before the facts being folded): a checkpoint
-    /// written past it holds events the tables do not (a replay's catch-up folds its new
-    /// generation in chunks behind the live one, whose refolds write checkpoints too), and is not
-    /// used, since the spans before it would not be the ones it was folded with.
-    static func events<Event>(
-        seqs: [Int64], foldedThrough: Int64, checkpoint: (key: EventKey, positions: Positions)?,
+    /// A stored checkpoint as the refold weighs it: its level (an index of `lags`), the key of
+    /// the event it was folded through, and its positions.
+    struct Stored {
+        var level: Int
+        var key: EventKey
+        var positions: Positions
+    }
+
+    /// What a refold folds and from where.
+    struct Plan<Event> {
+        /// The entity's events to fold, in key order, each with its `seq`: those after `from`'s
+        /// key, or every one when `from` is nil.
+        var events: [(seq: Int64, event: Event)]
+        /// The checkpoint to fold on from; nil for a refold from the first event.
+        var from: Stored?
+        /// Levels whose checkpoints the log shows void: the refold drops them (a void one stays
+        /// void, since the event that voids it stays in the log) unless it writes them anew.
+        var void: [Int]
+    }
+
+    /// The refold of an entity: from the latest of `checkpoints` the log shows still holds, else
+    /// from the first event. `seqs` are the entity's events' (ascending; the log's keys are
+    /// hashes, so `read` gives nil for another entity's); `key` is an event's key. The projection's
+    /// tables hold the log up to `foldedThrough` (the `seq` before the facts being folded): a
+    /// checkpoint written past it holds events the tables do not (a replay's catch-up folds its
+    /// new generation in chunks behind the live one, whose refolds write checkpoints too), and is
+    /// not used, since the spans before it would not be the ones it was folded with.
+    static func plan<Event>(
+        seqs: [Int64], foldedThrough: Int64, checkpoints: [Stored],
         key: (Event) -> EventKey, read: (Int64) throws -> Event?
-    ) throws -> (events: [(seq: Int64, event: Event)], fromCheckpoint: Bool) {
-        if let checkpoint, checkpoint.positions.writtenSeq <= foldedThrough {
+    ) throws -> Plan<Event> {
+        // Each event is read once, whichever checkpoints are tried.
+        var cache: [Int64: Event?] = [:]
+        func event(_ seq: Int64) throws -> Event? {
+            if let cached = cache[seq] { return cached }
+            let event = try read(seq)
+            cache[seq] = .some(event)
+            return event
+        }
+        var void: [Int] = []
+        for checkpoint in checkpoints.sorted(by: { $0.key > $1.key })
+        where checkpoint.positions.writtenSeq <= foldedThrough {
             var events: [(seq: Int64, event: Event)] = []
-            var void = false
+            var holds = true
             for seq in seqs where seq >= checkpoint.positions.fromSeq {
-                guard let event = try read(seq) else { continue }
-                if checkpoint.key < key(event) {
-                    events.append((seq, event))
+                guard let e = try event(seq) else { continue }
+                if checkpoint.key < key(e) {
+                    events.append((seq, e))
                 } else if seq > checkpoint.positions.writtenSeq {
-                    void = true
+                    holds = false
                     break
                 }
             }
-            if !void { return (events.sorted { key($0.event) < key($1.event) }, true) }
+            if holds {
+                return Plan(events: events.sorted { key($0.event) < key($1.event) }, from: checkpoint, void: void)
+            }
+            void.append(checkpoint.level)
         }
         var events: [(seq: Int64, event: Event)] = []
-        for seq in seqs { if let event = try read(seq) { events.append((seq, event)) } }
-        return (events.sorted { key($0.event) < key($1.event) }, false)
+        for seq in seqs { if let e = try event(seq) { events.append((seq, e)) } }
+        return Plan(events: events.sorted { key($0.event) < key($1.event) }, from: nil, void: void)
     }
 
-    /// Where a refold that folds `events` (key order) leaves a checkpoint: after the event at
-    /// `index`, `lag` before the last; nil when it read fewer than `2 * lag`. `seqs` as for `events`.
+    /// Where a refold that folds `events` (key order) leaves checkpoints: for each level whose
+    /// lag it read twice over, after the event at `index`, `lags[level]` before the last. `seqs`
+    /// as for `plan`.
     static func next<Event>(
         after events: [(seq: Int64, event: Event)], seqs: [Int64]
-    ) -> (index: Int, positions: Positions)? {
-        guard events.count >= 2 * lag, let written = seqs.last else { return nil }
-        let index = events.count - lag - 1
-        let from = events[(index + 1)...].lazy.map(\.seq).min()!
-        return (index, Positions(fromSeq: from, writtenSeq: written))
+    ) -> [(level: Int, index: Int, positions: Positions)] {
+        guard let written = seqs.last else { return [] }
+        var next: [(level: Int, index: Int, positions: Positions)] = []
+        // Shallowest first, the least `seq` of the events after each index taken walking back.
+        var from = Int64.max
+        var index = events.count - 1
+        for level in lags.indices where events.count >= 2 * lags[level] {
+            let at = events.count - lags[level] - 1
+            while index > at { from = min(from, events[index].seq); index -= 1 }
+            next.append((level, at, Positions(fromSeq: from, writtenSeq: written)))
+        }
+        return next.sorted { $0.index < $1.index }
     }
 }

@@ -159,6 +159,54 @@ import Testing
         #expect(digests == live)
     }
 
+    /// A late event refolds from the latest checkpoint older than it: an ASID and a device with
+    /// 2,600 events keep checkpoints 64, 256 and 1,024 events behind (`FoldCheckpoint.lags`); an
+    /// event 500 back folds on from the deepest (which it leaves as it was, having read fewer
+    /// than twice its lag) and moves the two above it; one older than every checkpoint voids them
+    /// and refolds from the first event. Live equals replay after each.
+    @Test func aLateEventRefoldsFromTheLatestCheckpointOlderThanIt() throws {
+        let dir = TempDir()
+        let store = try EventStore(path: dir.path("db.sqlite"), projections: .standard)
+        func day(_ i: Double) -> Double { 1 + i / 200 }
+        var n = 0
+        for _ in 0..<26 {
+            let lines = (0..<100).map { _ in
+                n += 1
+                return Stream.login("e\(n)", day: day(Double(n)), device: "D", asid: "11", limited: n % 7 < 3)
+            }
+            #expect(try appendFolding(store, lines, after: n) == 100)
+        }
+        // Each table's checkpoints' `written_seq`, by level.
+        func written() throws -> [[Int64]] {
+            try store.read { db in
+                try ["asid_fold_checkpoints", "device_fold_checkpoints"].map { table in
+                    try Int64.fetchAll(db, sql: "SELECT written_seq FROM \(table) ORDER BY level")
+                }
+            }
+        }
+        func late(_ at: Double) throws {
+            n += 1
+            let line = Stream.login("e\(n)", day: day(at), device: "D", asid: "11", limited: n % 2 == 0)
+            #expect(try appendFolding(store, [line], after: n) == 1)
+            #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+        }
+        // Before every event: a refold from the first, which leaves three levels.
+        try late(0.5)
+        #expect(try written() == Array(repeating: [2601, 2601, 2601], count: 2))
+        // 500 back: older than levels 0 and 1, later than level 2.
+        try late(2100.5)
+        #expect(try written() == Array(repeating: [2602, 2602, 2601], count: 2))
+        // 150 back: older than level 0 alone.
+        try late(2450.5)
+        #expect(try written() == Array(repeating: [2603, 2602, 2601], count: 2))
+        // Within the last 64: level 0 is read, and stays.
+        try late(2595.5)
+        #expect(try written() == Array(repeating: [2603, 2602, 2601], count: 2))
+        // Older than every checkpoint: all void, a refold from the first writes them again.
+        try late(1000.5)
+        #expect(try written() == Array(repeating: [2605, 2605, 2605], count: 2))
+    }
+
     /// Appends `lines` in one transaction, which folds them (no write-behind), so that a late
     /// event meets its entity's stored state; their positions follow `n`'s. Returns the appended.
     private func appendFolding(_ store: EventStore, _ lines: [String], after n: Int) throws -> Int {
