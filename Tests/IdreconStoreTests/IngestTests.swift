@@ -124,6 +124,41 @@ import Testing
         #expect(try store.replay(verifyOnly: true).drift.isEmpty)
     }
 
+    /// Late events at every depth (1 to 1,000 events back) into entities with histories long
+    /// enough for several checkpoint levels: refolds from whichever level holds, void ones
+    /// dropped and rewritten; the live projections equal a replay's throughout.
+    @Test(arguments: [6, 7])
+    func lateEventsAtEveryDepthRefoldAsAReplayFolds(seed: UInt64) throws {
+        let dir = TempDir()
+        let path = dir.path("db.sqlite")
+        var store = try EventStore(path: path, projections: .standard)
+        var rng = SeededGenerator(seed: seed)
+        var n = 0
+        for round in 0..<300 {
+            var lines: [String] = []
+            for _ in 0..<(Int(rng.next() % 8) + 1) {
+                n += 1
+                let device = "D\(rng.next() % 2)", asid = rng.next() % 5 == 0 ? "12" : "11"
+                // A third late, 1 to 1,000 events back, about as many at each power of ten.
+                let back = rng.next() % 3 == 0 ? Double(rng.next() % 1000 + 1) / Double(1 << (rng.next() % 10)) : 0
+                let day = max(0.001, 1 + (Double(n) - back) / 20)
+                lines.append(rng.next() % 9 == 0
+                    ? Stream.logout("e\(n)", day: day, device: device)
+                    : Stream.login("e\(n)", day: day, device: device, asid: asid, limited: rng.next() % 3 == 0))
+            }
+            #expect(try appendFolding(store, lines, after: n) == lines.count)
+            if round % 100 == 99 {
+                #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+                store = try EventStore(path: path, projections: .standard)
+            }
+        }
+        let levels = try store.read { db in
+            try Int.fetchOne(db, sql: "SELECT count(DISTINCT level) FROM asid_fold_checkpoints WHERE asid = '11'")!
+        }
+        #expect(levels >= 2)
+        #expect(try store.replay(verifyOnly: true).drift.isEmpty)
+    }
+
     /// A fold whose tables are behind the log (a replay's catch-up, chunk by chunk) does not
     /// refold from a checkpoint written past them: it would keep spans its tables never had. A
     /// new generation caught up in two chunks, the second holding a late login the live
