@@ -139,7 +139,7 @@ import Testing
             for _ in 0..<(Int(rng.next() % 8) + 1) {
                 n += 1
                 let device = "D\(rng.next() % 2)", asid = rng.next() % 5 == 0 ? "12" : "11"
-                // A third late, 1 to 1,000 events back, about as many at each power of ten.
+                // A third late, up to 1,000 events back halved 0 to 9 times: a few back as often as hundreds.
                 let back = rng.next() % 3 == 0 ? Double(rng.next() % 1000 + 1) / Double(1 << (rng.next() % 10)) : 0
                 let day = max(0.001, 1 + (Double(n) - back) / 20)
                 lines.append(rng.next() % 9 == 0
