@@ -137,27 +137,18 @@ enum AccessProjection: Projection {
             seqs: seqs, foldedThrough: foldedThrough, checkpoints: checkpoints.map(\.stored), key: \.key
         ) { try rows.login(asid, seq: $0) }
         var fold: Fold
-        if let from = plan.from, let checkpoint = checkpoints.first(where: { $0.stored.level == from.level }) {
-            fold = Fold(continuing: checkpoint.last)
-            try rows.deleteSpans(asid, after: from.key)
+        if let from = plan.from {
+            fold = Fold(continuing: checkpoints[from].last)
+            try rows.deleteSpans(asid, after: checkpoints[from].stored.key)
         } else {
             fold = Fold()
             try rows.deleteSpans(asid)
         }
-        let next = FoldCheckpoint.next(after: plan.events, seqs: seqs)
-        for level in plan.void where !next.contains(where: { $0.level == level }) {
-            try rows.dropCheckpoint(asid, level: level)
-        }
-        var pending = next[...]
-        for (i, (_, login)) in plan.events.enumerated() {
-            fold.add(login)
-            while let point = pending.first, point.index == i {
-                pending.removeFirst()
-                guard let last = fold.last else { continue }
-                try rows.save(asid, Checkpoint(last: last, stored: .init(level: point.level, key: last.key,
-                                                                          positions: point.positions)))
-            }
-        }
+        try FoldCheckpoint.fold(plan, seqs: seqs, into: &fold, add: { $0.add($1) }, save: { fold, level, positions in
+            guard let last = fold.last else { return }
+            let stored = FoldCheckpoint.Stored(level: level, key: last.key, positions: positions)
+            try rows.save(asid, Checkpoint(last: last, stored: stored))
+        }, drop: { try rows.dropCheckpoint(asid, level: $0) })
         return fold
     }
 

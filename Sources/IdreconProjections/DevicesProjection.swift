@@ -145,27 +145,18 @@ enum DevicesProjection: Projection {
             seqs: seqs, foldedThrough: foldedThrough, checkpoints: checkpoints.map(\.stored), key: \.key
         ) { try rows.fact(app, id, seq: $0) }
         var fold: Fold
-        if let from = plan.from, let checkpoint = checkpoints.first(where: { $0.stored.level == from.level }) {
-            fold = Fold(continuing: checkpoint.state)
-            try rows.deleteSpans(app, id, after: from.key)
+        if let from = plan.from {
+            fold = Fold(continuing: checkpoints[from].state)
+            try rows.deleteSpans(app, id, after: checkpoints[from].stored.key)
         } else {
             fold = Fold()
             try rows.deleteSpans(app, id)
         }
-        let next = FoldCheckpoint.next(after: plan.events, seqs: seqs)
-        for level in plan.void where !next.contains(where: { $0.level == level }) {
-            try rows.dropCheckpoint(app, id, level: level)
-        }
-        var pending = next[...]
-        for (i, (_, fact)) in plan.events.enumerated() {
-            fold.add(fact)
-            while let point = pending.first, point.index == i {
-                pending.removeFirst()
-                guard let last = fold.state.last else { continue }
-                try rows.save(app, id, Checkpoint(state: fold.state, stored: .init(level: point.level, key: last,
-                                                                                   positions: point.positions)))
-            }
-        }
+        try FoldCheckpoint.fold(plan, seqs: seqs, into: &fold, add: { $0.add($1) }, save: { fold, level, positions in
+            guard let last = fold.state.last else { return }
+            let stored = FoldCheckpoint.Stored(level: level, key: last, positions: positions)
+            try rows.save(app, id, Checkpoint(state: fold.state, stored: stored))
+        }, drop: { try rows.dropCheckpoint(app, id, level: $0) })
         return fold
     }
 

@@ -36,8 +36,9 @@ enum FoldCheckpoint {
         /// The entity's events to fold, in key order, each with its `seq`: those after `from`'s
         /// key, or every one when `from` is nil.
         var events: [(seq: Int64, event: Event)]
-        /// The checkpoint to fold on from; nil for a refold from the first event.
-        var from: Stored?
+        /// The index in the `checkpoints` given of the one to fold on from; nil for a refold from
+        /// the first event.
+        var from: Int?
         /// Levels whose checkpoints the log shows void: the refold drops them (a void one stays
         /// void, since the event that voids it stays in the log) unless it writes them anew.
         var void: [Int]
@@ -63,8 +64,9 @@ enum FoldCheckpoint {
             return event
         }
         var void: [Int] = []
-        for checkpoint in checkpoints.sorted(by: { $0.key > $1.key })
-        where checkpoint.positions.writtenSeq <= foldedThrough {
+        for index in checkpoints.indices.sorted(by: { checkpoints[$0].key > checkpoints[$1].key })
+        where checkpoints[index].positions.writtenSeq <= foldedThrough {
+            let checkpoint = checkpoints[index]
             var events: [(seq: Int64, event: Event)] = []
             var holds = true
             for seq in seqs where seq >= checkpoint.positions.fromSeq {
@@ -77,7 +79,7 @@ enum FoldCheckpoint {
                 }
             }
             if holds {
-                return Plan(events: events.sorted { key($0.event) < key($1.event) }, from: checkpoint, void: void)
+                return Plan(events: events.sorted { key($0.event) < key($1.event) }, from: index, void: void)
             }
             void.append(checkpoint.level)
         }
@@ -86,10 +88,29 @@ enum FoldCheckpoint {
         return Plan(events: events.sorted { key($0.event) < key($1.event) }, from: nil, void: void)
     }
 
+    /// Folds `plan`'s events into `fold` (started from the checkpoint it names, or empty) with
+    /// `add`, saving the entity's checkpoints anew as it passes them (`save`: the fold there, a
+    /// level and its positions) and dropping the void ones it does not write again (`drop`).
+    static func fold<Event, Fold>(
+        _ plan: Plan<Event>, seqs: [Int64], into fold: inout Fold, add: (inout Fold, Event) -> Void,
+        save: (Fold, Int, Positions) throws -> Void, drop: (Int) throws -> Void
+    ) throws {
+        let next = self.next(after: plan.events, seqs: seqs)
+        for level in plan.void where !next.contains(where: { $0.level == level }) { try drop(level) }
+        var pending = next[...]
+        for (i, (_, event)) in plan.events.enumerated() {
+            add(&fold, event)
+            while let point = pending.first, point.index == i {
+                pending.removeFirst()
+                try save(fold, point.level, point.positions)
+            }
+        }
+    }
+
     /// Where a refold that folds `events` (key order) leaves checkpoints: for each level whose
     /// lag it read twice over, after the event at `index`, `lags[level]` before the last. `seqs`
     /// as for `plan`.
-    static func next<Event>(
+    private static func next<Event>(
         after events: [(seq: Int64, event: Event)], seqs: [Int64]
     ) -> [(level: Int, index: Int, positions: Positions)] {
         guard let written = seqs.last else { return [] }
