@@ -17,7 +17,7 @@ extension EventStore {
         for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: partial + suffix) }
         do {
             let copy = try DatabaseQueue(path: partial)
-            try pool.backup(to: copy)
+            try reader.backup(to: copy)
             // The copy stands alone: no WAL to carry along, so a plain file copy of it is whole.
             try copy.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = DELETE") }
             try copy.close()

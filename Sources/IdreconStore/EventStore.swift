@@ -10,7 +10,11 @@ import IdreconProjections
 /// One writer, many readers (WAL).
 public final class EventStore: Sendable {
     public let path: String
-    let pool: DatabasePool
+    /// Where reads go: `pool`, or a one-shot reader's one connection.
+    let reader: any DatabaseReader
+    /// A writer's connections (one writer, readers beside it: WAL), or concurrent readers' (the read
+    /// API). A one-shot reader has none: one connection opens in half the time of a pool's two.
+    private let connections: DatabasePool?
     let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
@@ -35,9 +39,14 @@ public final class EventStore: Sendable {
     static let sortThreads = min(8, Machine.cores)
 
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
-    /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway.
-    public convenience init(path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false) throws(IdreconError) {
-        try self.init(path: path, readOnly: readOnly, skipPendingRebuild: skipPendingRebuild, projections: .standard)
+    /// `skipPendingRebuild` is for `replay` itself, which rebuilds anyway. `concurrentReads` false
+    /// (read-only only): a command's reads, one after another, on one connection instead of a pool.
+    public convenience init(
+        path: String, readOnly: Bool = false, concurrentReads: Bool = true, skipPendingRebuild: Bool = false
+    ) throws(IdreconError) {
+        try self.init(
+            path: path, readOnly: readOnly, concurrentReads: concurrentReads, skipPendingRebuild: skipPendingRebuild,
+            projections: .standard)
     }
 
     /// Opens the database folding `projections`: a writer builds a registered projection
@@ -45,8 +54,8 @@ public final class EventStore: Sendable {
     /// `keyShape`: when the log's key runs are sealed and merged (small in tests, so that
     /// appends and refolds meet sealed and merged runs).
     package init(
-        path: String, readOnly: Bool = false, skipPendingRebuild: Bool = false, projections: ProjectionRegistry,
-        keyShape: KeyRuns.Shape = .standard
+        path: String, readOnly: Bool = false, concurrentReads: Bool = true, skipPendingRebuild: Bool = false,
+        projections: ProjectionRegistry, keyShape: KeyRuns.Shape = .standard
     ) throws(IdreconError) {
         self.path = path
         self.projections = projections
@@ -67,10 +76,14 @@ public final class EventStore: Sendable {
         let openLock = readOnly ? nil : try LockFile(databasePath: path, name: "open-lock")
         do {
             if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
-            if readOnly {
-                pool = try Self.openReadOnly(path, config)
+            if readOnly, !concurrentReads {
+                (reader, connections) = (try Self.openReadOnly(path) { try DatabaseQueue(path: path, configuration: config) }, nil)
+            } else if readOnly {
+                let pool = try Self.openReadOnly(path) { try DatabasePool(path: path, configuration: config) }
+                (reader, connections) = (pool, pool)
             } else {
-                pool = try DatabasePool(path: path, configuration: config)
+                let pool = try DatabasePool(path: path, configuration: config)
+                (reader, connections) = (pool, pool)
                 try Self.announceLongUpgrade(pool, path: path)
                 // A lock upgrade that SQLite refuses without waiting (SQLITE_BUSY) is retried.
                 var attempt = 0
@@ -164,16 +177,16 @@ public final class EventStore: Sendable {
     /// A pool of read-only connections, the database brought up to date first by a writer
     /// when it needs one: a database from an older idrecon (its schema), or one whose first
     /// write was interrupted (`rolledBack`).
-    private static func openReadOnly(_ path: String, _ config: Configuration) throws -> DatabasePool {
-        let pool = try rolledBack(path) { try DatabasePool(path: path, configuration: config) }
-        guard try pool.read({ db in try !Schema.migrator.hasCompletedMigrations(db) }) else { return pool }
+    private static func openReadOnly<Reader: DatabaseReader>(_ path: String, _ open: () throws -> Reader) throws -> Reader {
+        let reader = try rolledBack(path, open)
+        guard try reader.read({ db in try !Schema.migrator.hasCompletedMigrations(db) }) else { return reader }
         do {
             _ = try EventStore(path: path)
         } catch {
             throw IdreconError(
                 .storage, "database \(path) needs a newer schema and cannot be upgraded: \(error.description)")
         }
-        return pool
+        return reader
     }
 
     /// `open()` again after a writer opened the database, when `open()` met a hot journal. A
@@ -329,8 +342,15 @@ public final class EventStore: Sendable {
         init(_ cache: LogKeyRuns.Cache) { self.cache = cache }
     }
 
+    /// The pool of a writer or of concurrent readers; a one-shot reader (`concurrentReads` false) reads
+    /// through `read` only.
+    var pool: DatabasePool {
+        guard let connections else { preconditionFailure("\(path): a one-shot reader has no pool") }
+        return connections
+    }
+
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {
-        do { return try pool.read(body) } catch { throw Self.failure(path, error) }
+        do { return try reader.read(body) } catch { throw Self.failure(path, error) }
     }
 
     func write<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {

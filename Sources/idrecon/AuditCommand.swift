@@ -3,13 +3,13 @@ import Foundation
 import IdreconDomain
 import IdreconStore
 
-struct AuditCommand: AsyncParsableCommand {
+struct AuditCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
         abstract: "Compliance audits.",
         subcommands: [Calls.self])
 
-    struct Calls: AsyncParsableCommand {
+    struct Calls: ParsableCommand {
         /// Calls judged together: the store judges a batch in ASID order, and a larger batch
         /// shares more pages between neighbouring lookups. With the next batch parsed while one is
         /// judged (2026-11-24, the bench's streams): batches of 32,768 judged 89,036 calls/s over
@@ -38,7 +38,7 @@ struct AuditCommand: AsyncParsableCommand {
         @Flag(help: "Also flag calls on forbidden_unknown and never-seen ASIDs.") var strict = false
         @Option(help: "asid (default) or identity.") var scope: Scope = .asid
 
-        func run() async throws {
+        func run() throws {
             if file != "-" { try global.checkInput(file, "calls") }
             guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
                 throw IdreconError(.input, "cannot read \(file)")

@@ -3,7 +3,7 @@ import Foundation
 import IdreconDomain
 import IdreconStore
 
-struct BackupCommand: AsyncParsableCommand {
+struct BackupCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
         abstract: "Copy the database consistently while consumers and ingests keep writing.",
@@ -21,7 +21,7 @@ struct BackupCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The new file to write (must not exist).", valueName: "out"))
     var out: String
 
-    func run() async throws {
+    func run() throws {
         let started = Date()
         let bytes = try EventStore(path: global.databasePath, readOnly: true).backup(to: out)
         var printer = RowPrinter(output, columns: ["backup", "bytes", "seconds"])

@@ -3,7 +3,7 @@ import Foundation
 import IdreconDomain
 import IdreconStore
 
-struct ForgetCommand: AsyncParsableCommand {
+struct ForgetCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "forget",
         abstract: "Erase an ASID's e-mail and id_token from the log, quarantine and projections (GDPR).",
@@ -19,7 +19,7 @@ struct ForgetCommand: AsyncParsableCommand {
     @OptionGroup var output: FormatOptions
     @Argument(help: "The ASID to forget.") var asid: String
 
-    func run() async throws {
+    func run() throws {
         let store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         guard try store.seen(asid) else {
             throw IdreconError(.notFound, "ASID \(asid) was never seen; nothing to forget")
@@ -31,7 +31,7 @@ struct ForgetCommand: AsyncParsableCommand {
     }
 }
 
-struct GraphCommand: AsyncParsableCommand {
+struct GraphCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "graph",
         abstract: "Draw an identity: its ASIDs, link keys, devices with their mode, and optionally friends by access state.",
@@ -44,7 +44,7 @@ struct GraphCommand: AsyncParsableCommand {
     @Flag(help: "Also draw each member's friends, coloured by access state.") var friends = false
     @Option(help: "dot or svg.") var format: Format = .dot
 
-    func run() async throws {
+    func run() throws {
         let store = try openForReading(global)
         let user = identity.hasPrefix("u:") ? identity : try store.userID(asid: identity) ?? ""
         guard let record = try store.identity(user) else {

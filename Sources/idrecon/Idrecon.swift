@@ -32,6 +32,8 @@ enum Main {
                 argument.hasPrefix("--embedded=") ? ["--embedded", "--embedded-partitions", String(argument.dropFirst(11))] : [argument]
             }
             var command = try Idrecon.parseAsRoot(arguments)
+            // Only the commands that wait on servers (`consume`, `serve`) are asynchronous: the rest
+            // run here, on the main thread, and never start Swift's cooperative threads (~1 ms of a query).
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

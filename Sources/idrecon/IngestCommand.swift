@@ -4,7 +4,7 @@ import IdreconDomain
 import IdreconIngest
 import IdreconStore
 
-struct IngestCommand: AsyncParsableCommand {
+struct IngestCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ingest",
         abstract: "Append login events from a JSON-lines file (or - for standard input) to the log.",
@@ -31,7 +31,7 @@ struct IngestCommand: AsyncParsableCommand {
         guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
     }
 
-    func run() async throws {
+    func run() throws {
         if file != "-", !FileManager.default.isReadableFile(atPath: file) {
             throw IdreconError(.input, "cannot read \(file): no such readable file")
         }

@@ -327,7 +327,7 @@ extension ConsumeCommand {
     }
 }
 
-struct ProduceCommand: AsyncParsableCommand {
+struct ProduceCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "produce",
         abstract: "Send JSON lines to a Kafka topic (key = device_id), for tests and demos.")
@@ -342,7 +342,7 @@ struct ProduceCommand: AsyncParsableCommand {
         if brokers == nil, KafkaEnvironment.brokers == nil { throw ValidationError("give --brokers (or set IDRECON_BROKERS)") }
     }
 
-    func run() async throws {
+    func run() throws {
         let brokers = brokers ?? KafkaEnvironment.brokers ?? "", topic = topic ?? KafkaEnvironment.topic
         guard let handle = file == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: file) else {
             throw IdreconError(.input, "cannot read \(file)")
@@ -392,7 +392,7 @@ struct ProduceCommand: AsyncParsableCommand {
     }
 }
 
-struct DevBrokerCommand: AsyncParsableCommand {
+struct DevBrokerCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dev-broker",
         abstract: "Run an in-process Kafka cluster (librdkafka's mock) in the foreground for other processes.",
@@ -409,7 +409,7 @@ struct DevBrokerCommand: AsyncParsableCommand {
         guard partitions >= 1, brokers >= 1 else { throw ValidationError("--partitions and --brokers must be at least 1") }
     }
 
-    func run() async throws {
+    func run() throws {
         let cluster: MockCluster
         do {
             cluster = try MockCluster(brokers: brokers)

@@ -3,14 +3,14 @@ import Foundation
 import IdreconDomain
 import IdreconStore
 
-struct QuarantineCommand: AsyncParsableCommand {
+struct QuarantineCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quarantine",
         abstract: "Inspect records that were not appended, with their reason codes.",
         subcommands: [List.self, Show.self, Retry.self]
     )
 
-    struct List: AsyncParsableCommand {
+    struct List: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "list", abstract: "List quarantined records (oldest first).")
 
@@ -30,7 +30,7 @@ struct QuarantineCommand: AsyncParsableCommand {
             guard limit >= 0 else { throw ValidationError("--limit must be 0 or more") }
         }
 
-        func run() async throws {
+        func run() throws {
             let store = try EventStore(path: global.databasePath, readOnly: true)
             var printer = RowPrinter(output, columns: ["id", "code", "source", "position", "event_id", "message"])
             var after: Int64 = 0
@@ -48,7 +48,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         }
     }
 
-    struct Retry: AsyncParsableCommand {
+    struct Retry: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "retry",
             abstract: "Re-validate quarantined records (e.g. after a JWKS update) and append those that now pass, in their original order.")
@@ -66,7 +66,7 @@ struct QuarantineCommand: AsyncParsableCommand {
             }
         }
 
-        func run() async throws {
+        func run() throws {
             let store = try EventStore(path: global.databasePath)
             let verifier = try tokens.verifier(database: global)
             let outcome = try store.retryQuarantine(code: code.flatMap(ReasonCode.init)) { raw in
@@ -85,7 +85,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         }
     }
 
-    struct Show: AsyncParsableCommand {
+    struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "show", abstract: "Show one quarantined record with its raw bytes.")
 
@@ -95,7 +95,7 @@ struct QuarantineCommand: AsyncParsableCommand {
         @Argument(help: "Quarantine entry ID (see 'quarantine list').")
         var id: Int64
 
-        func run() async throws {
+        func run() throws {
             let entry: QuarantineEntry?
             entry = try EventStore(path: global.databasePath, readOnly: true).quarantineEntry(id: id)
             guard let entry else { throw IdreconError(.notFound, "no quarantine entry \(id)") }

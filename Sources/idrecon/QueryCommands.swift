@@ -2,11 +2,18 @@ import ArgumentParser
 import Foundation
 import IdreconDomain
 import IdreconStore
+import Synchronization
 
-/// Opens the database for reading.
+/// Opens the database for a command's reads, on one connection. The store stays open until the
+/// process exits: releasing it would cost a query about a millisecond (GRDB's pool leaves Foundation's notification
+/// center, whose first use starts Foundation's bridging), and exit closes a reader's connection alike.
 func openForReading(_ global: GlobalOptions) throws(IdreconError) -> EventStore {
-    try EventStore(path: global.databasePath, readOnly: true)
+    let store = try EventStore(path: global.databasePath, readOnly: true, concurrentReads: false)
+    openUntilExit.withLock { $0.append(store) }
+    return store
 }
+
+private let openUntilExit = Mutex<[EventStore]>([])
 
 /// Lookups of several keys print what they found and then name what they did not, one line
 /// each on stderr; any missing key exits 1 (`not_found`), as one missing key does.
@@ -19,7 +26,7 @@ enum NotFound {
     }
 }
 
-struct DeviceCommand: AsyncParsableCommand {
+struct DeviceCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "device", abstract: "Show one device: its login mode, who is logged in, counts and anomalies.",
         discussion: """
@@ -44,7 +51,7 @@ struct DeviceCommand: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
+    func run() throws {
         var pairs: [(app: String, device: String)] = []
         if let app, let device { pairs.append((app, device)) }
         for key in try KeyList.read(app == "-" && device == nil ? ["-"] : [], from: from, global: global) {
@@ -71,7 +78,7 @@ struct DeviceCommand: AsyncParsableCommand {
     }
 }
 
-struct AccessCommand: AsyncParsableCommand {
+struct AccessCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
         abstract: "Graph-API access state of ASIDs: allowed, forbidden_limited, forbidden_unknown (or unseen).",
@@ -92,7 +99,7 @@ struct AccessCommand: AsyncParsableCommand {
         guard !asids.isEmpty || from != nil else { throw ValidationError("give at least one ASID, - or --from FILE") }
     }
 
-    func run() async throws {
+    func run() throws {
         let asids = try KeyList.asids(asids, from: from, global: global)
         let store = try openForReading(global)
         var printer = RowPrinter(output, columns: AccessAnswer.fieldNames)
@@ -109,7 +116,7 @@ struct AccessCommand: AsyncParsableCommand {
     }
 }
 
-struct UserCommand: AsyncParsableCommand {
+struct UserCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user",
         abstract: "Show an identity: member ASIDs, their access and devices, link keys and ambiguous keys.")
@@ -131,7 +138,7 @@ struct UserCommand: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
+    func run() throws {
         let asids = email == nil && userID == nil ? try KeyList.asids(asid.map { [$0] } ?? [], from: from, global: global) : []
         let store = try openForReading(global)
         var users: [String] = []
@@ -204,7 +211,7 @@ struct UserCommand: AsyncParsableCommand {
     }
 }
 
-struct ExplainCommand: AsyncParsableCommand {
+struct ExplainCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "explain",
         abstract: "Why two ASIDs are one identity: the chain of link keys and the events that created each link.",
@@ -215,7 +222,7 @@ struct ExplainCommand: AsyncParsableCommand {
     @Argument(help: "First ASID.") var a: String
     @Argument(help: "Second ASID.") var b: String
 
-    func run() async throws {
+    func run() throws {
         let store = try openForReading(global)
         guard let chain = try store.explain(a, b) else {
             let known = (try store.userID(asid: a), try store.userID(asid: b))
@@ -233,7 +240,7 @@ struct ExplainCommand: AsyncParsableCommand {
     }
 }
 
-struct FriendsCommand: AsyncParsableCommand {
+struct FriendsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "friends", abstract: "Friends of an ASID (edges of the friend graph) with each friend's access state.")
 
@@ -241,7 +248,7 @@ struct FriendsCommand: AsyncParsableCommand {
     @OptionGroup var output: FormatOptions
     @Argument(help: "ASID.") var asid: String
 
-    func run() async throws {
+    func run() throws {
         let store = try openForReading(global)
         guard try store.seen(asid) else {
             throw IdreconError(.notFound, "ASID \(asid) was never seen")
@@ -256,7 +263,7 @@ struct FriendsCommand: AsyncParsableCommand {
     }
 }
 
-struct ExportCommand: AsyncParsableCommand {
+struct ExportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export",
         abstract: "Export a projection as JSON lines (default), CSV or Parquet, sorted, with the spec's exact fields.",
@@ -286,7 +293,7 @@ struct ExportCommand: AsyncParsableCommand {
         if format == .parquet, output == nil { throw ValidationError("--format parquet writes a file: give --output FILE") }
     }
 
-    func run() async throws {
+    func run() throws {
         let store = try openForReading(global)
         let exportKind = ExportKind(rawValue: kind.rawValue)!
         var out: [UInt8] = []
@@ -417,7 +424,7 @@ final class AtomicOutput {
     }
 }
 
-struct ReplayCommand: AsyncParsableCommand {
+struct ReplayCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "replay",
         abstract: "Rebuild every projection from the event log; readers keep working until the atomic swap.",
@@ -436,7 +443,7 @@ struct ReplayCommand: AsyncParsableCommand {
     var digests = false
     @Option(help: "Identity configuration (JSON) to rebuild with.") var config: String?
 
-    func run() async throws {
+    func run() throws {
         var identityConfig: IdentityConfig?
         if let config {
             try global.checkInput(config, "identity configuration")

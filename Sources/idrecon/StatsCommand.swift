@@ -4,7 +4,7 @@ import IdreconDomain
 import IdreconKafka
 import IdreconStore
 
-struct StatsCommand: AsyncParsableCommand {
+struct StatsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stats",
         abstract: "Counts over the event log, quarantine and consumed positions."
@@ -20,7 +20,7 @@ struct StatsCommand: AsyncParsableCommand {
     @Option(name: .customShort("X"), help: ArgumentHelp("librdkafka setting key=value for --brokers (repeatable).", valueName: "key=value"))
     var settings: [KafkaSetting] = []
 
-    func run() async throws {
+    func run() throws {
         let store = try EventStore(path: global.databasePath, readOnly: true)
         let (stats, log) = (try store.stats(), try store.logPosition())
         let positions = stats.positions.sorted { Self.sourceOrder($0.source) < Self.sourceOrder($1.source) }
