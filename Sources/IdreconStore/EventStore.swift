@@ -117,11 +117,15 @@ public final class EventStore: Sendable {
         config.busyMode = .timeout(30)
         config.prepareDatabase { db in
             // WAL + NORMAL is durable against process crashes (SIGKILL); a bigger page
-            // cache and checkpoint interval keep random-key index inserts off the disk.
-            try db.execute(sql: "PRAGMA page_size = \(EventStore.pageSizeBytes)")
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // cache and checkpoint interval keep random-key index inserts off the disk. A
+            // read-only connection (a reader's, or a pool's readers) never writes: the settings
+            // of writes are left out of its start.
+            if !db.configuration.readonly {
+                try db.execute(sql: "PRAGMA page_size = \(EventStore.pageSizeBytes)")
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                try db.execute(sql: "PRAGMA wal_autocheckpoint = \(try EventStore.pages(EventStore.walAutocheckpointBytes, db))")
+            }
             try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
-            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(try EventStore.pages(EventStore.walAutocheckpointBytes, db))")
             // Index builds and large sorts sort on both cores (10M events: the log's key index
             // 11.3-13.6 s -> 7.2-7.7 s).
             try db.execute(sql: "PRAGMA threads = \(EventStore.sortThreads)")
