@@ -77,7 +77,8 @@ public final class EventStore: Sendable {
         do {
             if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
             if readOnly, !concurrentReads {
-                (reader, connections) = (try Self.openReadOnly(path) { try DatabaseQueue(path: path, configuration: config) }, nil)
+                let queue = try Self.openReadOnly(path) { try DatabaseQueue(path: path, configuration: config) }
+                (reader, connections) = (queue, nil)
             } else if readOnly {
                 let pool = try Self.openReadOnly(path) { try DatabasePool(path: path, configuration: config) }
                 (reader, connections) = (pool, pool)
@@ -123,7 +124,8 @@ public final class EventStore: Sendable {
             if !db.configuration.readonly {
                 try db.execute(sql: "PRAGMA page_size = \(EventStore.pageSizeBytes)")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
-                try db.execute(sql: "PRAGMA wal_autocheckpoint = \(try EventStore.pages(EventStore.walAutocheckpointBytes, db))")
+                let checkpointPages = try EventStore.pages(EventStore.walAutocheckpointBytes, db)
+                try db.execute(sql: "PRAGMA wal_autocheckpoint = \(checkpointPages)")
             }
             try db.execute(sql: "PRAGMA cache_size = -\(EventStore.pageCacheKiB)")
             // Index builds and large sorts sort on both cores (10M events: the log's key index
@@ -178,10 +180,12 @@ public final class EventStore: Sendable {
         FileHandle.standardError.write(Data(line.utf8))
     }
 
-    /// A pool of read-only connections, the database brought up to date first by a writer
-    /// when it needs one: a database from an older idrecon (its schema), or one whose first
-    /// write was interrupted (`rolledBack`).
-    private static func openReadOnly<Reader: DatabaseReader>(_ path: String, _ open: () throws -> Reader) throws -> Reader {
+    /// Read-only connections (`open`: a pool, or one), the database brought up to date first by
+    /// a writer when it needs one: a database from an older idrecon (its schema), or one whose
+    /// first write was interrupted (`rolledBack`).
+    private static func openReadOnly<Reader: DatabaseReader>(
+        _ path: String, _ open: () throws -> Reader
+    ) throws -> Reader {
         let reader = try rolledBack(path, open)
         guard try reader.read({ db in try !Schema.migrator.hasCompletedMigrations(db) }) else { return reader }
         do {
