@@ -59,7 +59,8 @@ import Testing
     }
 
     /// A database idrecon creates has `pageSizeBytes` pages; one made before (SQLite's default
-    /// 4 KiB) keeps its own. Both checkpoint at the same WAL size in bytes.
+    /// 4 KiB) keeps its own. Both checkpoint at the same WAL size in bytes (the writer's setting:
+    /// a read-only connection never commits, so it has none of the settings of writes).
     @Test func newDatabasesTakeLargerPagesAndOldOnesKeepTheirs() throws {
         let dir = TempDir()
         let old = dir.path("old.sqlite")
@@ -68,7 +69,7 @@ import Testing
         for (path, pageSize) in [(dir.path("new.sqlite"), EventStore.pageSizeBytes), (old, 4096)] {
             let store = try EventStore(path: path)
             _ = try FileIngestor(store: store).ingest(path: dir.write("one-\(pageSize).jsonl", [eventLine("pages")]))
-            let (size, interval) = try store.read { db in
+            let (size, interval) = try store.write { db in
                 (try Int.fetchOne(db, sql: "PRAGMA page_size"), try Int.fetchOne(db, sql: "PRAGMA wal_autocheckpoint"))
             }
             #expect(size == pageSize && interval == EventStore.walAutocheckpointBytes / pageSize)
