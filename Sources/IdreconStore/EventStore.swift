@@ -15,6 +15,8 @@ public final class EventStore: Sendable {
     /// A writer's connections (one writer, readers beside it: WAL), or concurrent readers' (the read
     /// API). A one-shot reader has none: one connection opens in half the time of a pool's two.
     private let connections: DatabasePool?
+    /// A command's reader: one connection (`concurrentReads: false`).
+    var isOneShot: Bool { connections == nil }
     let readOnly: Bool
     /// The projections this store folds the log into.
     package let projections: ProjectionRegistry
@@ -77,6 +79,8 @@ public final class EventStore: Sendable {
         do {
             if !readOnly, FileManager.default.fileExists(atPath: path) { try Self.refuseForeignDatabase(path) }
             if readOnly, !concurrentReads {
+                var config = config
+                config.allowsUnsafeTransactions = true // `readOneState` leaves its transaction open
                 let queue = try Self.openReadOnly(path) { try DatabaseQueue(path: path, configuration: config) }
                 (reader, connections) = (queue, nil)
             } else if readOnly {
@@ -355,6 +359,24 @@ public final class EventStore: Sendable {
     var pool: DatabasePool {
         guard let connections else { preconditionFailure("\(path): a one-shot reader has no pool") }
         return connections
+    }
+
+    /// A one-shot reader's reads from here on answer from one state of the database, this call's:
+    /// a command that reads several times (`user`: the identity, then each member's access and
+    /// devices) never mixes states that a writer committed between its reads. The read transaction
+    /// lasts as long as the store, and a writer's checkpoints cannot pass it meanwhile: for commands
+    /// that end when they have answered, not for one that reads a stream (`audit calls` from a pipe).
+    public func readOneState() throws(IdreconError) {
+        guard let queue = reader as? DatabaseQueue else { preconditionFailure("readOneState: a one-shot reader's") }
+        do {
+            try queue.inDatabase { db in
+                try db.execute(sql: "BEGIN DEFERRED")
+                // WAL: the first read of the database takes the snapshot that the transaction keeps.
+                _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_schema")
+            }
+        } catch {
+            throw Self.failure(path, error)
+        }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(IdreconError) -> T {

@@ -111,11 +111,11 @@ extension EventStore {
     /// Access of several ASIDs at `asOf` (nil: now) and how far the log and the projections
     /// were, all from one read transaction: the position is the one the answers were read at.
     /// A batch of `SplitReader.minimumBatch` or more read while no other is, is read on two cores
-    /// (`SplitReader`).
+    /// (`SplitReader`), except by a one-shot reader, whose reads may be of one state (`readOneState`).
     public func access(
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        try splitReaders.lend(path, batch: asids.count) { reader throws(IdreconError) in
+        try splitReaders.lend(path, batch: isOneShot ? 0 : asids.count) { reader throws(IdreconError) in
             if let reader { return try reader.access(asids, asOf: asOf) }
             return try read { db in try Self.access(db, asids, asOf: asOf) }
         }

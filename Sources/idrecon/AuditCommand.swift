@@ -47,7 +47,8 @@ struct AuditCommand: ParsableCommand {
             if file != "-", FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
                 throw IdreconError(.input, "cannot read \(file): it is a directory")
             }
-            let store = try openForReading(global)
+            // Calls may stream in from a pipe for as long as it stays open: each batch reads the latest state.
+            let store = try openForReading(global, oneState: false)
             let policy = AuditPolicy(strict: strict, identityScope: scope == .identity)
             // The call's own fields (`call`) in JSON only: a table or CSV row names its line instead.
             let withCall = output.resolved == .json

@@ -7,9 +7,12 @@ import Synchronization
 /// Opens the database for a command's reads, on one connection. The store stays open until the
 /// process exits: releasing it would cost a query about a millisecond (GRDB's pool leaves Foundation's notification
 /// center, whose first use starts Foundation's bridging), and exit closes a reader's connection alike.
-func openForReading(_ global: GlobalOptions) throws(IdreconError) -> EventStore {
+/// `oneState`: every read answers from the state of the open (`EventStore.readOneState`), for commands that
+/// read several times and end when they have answered.
+func openForReading(_ global: GlobalOptions, oneState: Bool = true) throws(IdreconError) -> EventStore {
     let store = try EventStore(path: global.databasePath, readOnly: true, concurrentReads: false)
     openUntilExit.withLock { $0.append(store) }
+    if oneState { try store.readOneState() }
     return store
 }
 
@@ -294,7 +297,7 @@ struct ExportCommand: ParsableCommand {
     }
 
     func run() throws {
-        let store = try openForReading(global)
+        let store = try openForReading(global, oneState: false) // one read transaction already
         let exportKind = ExportKind(rawValue: kind.rawValue)!
         var out: [UInt8] = []
         out.reserveCapacity(1 << 16)
