@@ -265,7 +265,8 @@ def api_rates(r, db_path):
 
 def api_while_consuming(r, db_path):
     """The read API of a consumer while it ingests (issue 22's targets): `consume --api-address`
-    on the 1M database, fed a second stream (seed 2, 1M events) through a dev broker; wrk
+    on the 1M database, fed a second stream (seed 2, 2M events: at 1M a consumer fast enough finished it
+    before the step's last loads) through a dev broker; wrk
     asks it GET one random ASID (8 connections) and POST 1,000 (one connection: a caller asking
     before a batch of calls) for 8 s each. The stream is produced before the consumer starts:
     a producer and a broker live on other machines, not on the API's two cores. The database
@@ -273,9 +274,9 @@ def api_while_consuming(r, db_path):
     if not shutil.which("wrk"):
         return
     print("read API while consume ingests (consume --api-address, a second stream produced) ...", file=sys.stderr)
-    more = os.path.join(OUT, "events-seed2-1000000.jsonl")
+    more = os.path.join(OUT, "events-seed2-2000000.jsonl")
     if not os.path.exists(more) or os.path.getsize(more) == 0:
-        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", "1000000", "--seed", "2", "--output", more,
+        subprocess.run([os.path.join(BIN, "idrecon-gen"), "--events", "2000000", "--seed", "2", "--output", more,
                         "--manifest", os.devnull], check=True)
     floor_db = os.path.join(OUT, "floor.sqlite")  # the same database for the floor's own consumer
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as src, sqlite3.connect(floor_db) as dst:
@@ -286,11 +287,11 @@ def api_while_consuming(r, db_path):
         with open(asids, "w") as f:
             f.writelines(row[0] + "\n" for row in conn.execute("SELECT asid FROM asids ORDER BY random() LIMIT 100000"))
         before = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    # 128 partitions: the embedded cluster keeps about 5 MB of each. It stands in for Kafka brokers,
+    # 256 partitions: the embedded cluster keeps about 5 MB of each (the stream is about 800 MB). It stands in for Kafka brokers,
     # which run on machines of their own: at idle priority it serves the consumer from the cores the
     # API leaves, where at normal priority its thread delayed the API's and the load generator's
     # wake-ups by milliseconds (perf sched; schemas/performance.md, "The busy GET's floor").
-    broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", "128", "--topic", "more"],
+    broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", "256", "--topic", "more"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)))
     bootstrap = broker.stdout.readline().strip()
