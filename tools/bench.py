@@ -287,10 +287,11 @@ def api_while_consuming(r, db_path):
         with open(asids, "w") as f:
             f.writelines(row[0] + "\n" for row in conn.execute("SELECT asid FROM asids ORDER BY random() LIMIT 100000"))
         before = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    # 256 partitions: the embedded cluster keeps about 5 MB of each (the stream is about 800 MB). It stands in for Kafka brokers,
-    # which run on machines of their own: at idle priority it serves the consumer from the cores the
-    # API leaves, where at normal priority its thread delayed the API's and the load generator's
-    # wake-ups by milliseconds (perf sched; schemas/performance.md, "The busy GET's floor").
+    # 256 partitions: the embedded cluster keeps about 5 MB of each (the stream is about 800 MB).
+    # It stands in for Kafka brokers, which run on machines of their own: at idle priority it serves
+    # the consumer from the cores the API leaves, where at normal priority its thread delayed the API's
+    # and the load generator's wake-ups by milliseconds (perf sched; schemas/performance.md, "The busy
+    # GET's floor").
     broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", "256", "--topic", "more"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)))

@@ -119,8 +119,8 @@ public final class KafkaIngestor: @unchecked Sendable {
             // start: 35.0 s at 20,000 (idrecon's setting until 2026-11-30), 19.9 s at 40,000, 11.7 s at
             // 100,000 (librdkafka's default), 9.8 s at 200,000; peak 244, 235, 274, 286 MB. Beside a read
             // API (`yieldToReaders`) ingestion keeps the small prefetch, which paces it: at 100,000 it took
-            // four times the events during the bench's busy step and the GETs paced at 20,000/s waited
-            // p99 3.7-7.6 ms instead of 1.3-2.6 (`schemas/performance.md`, "consume starved by its prefetch cap").
+            // nearly twice the events during the bench's busy step and the GETs paced at 20,000/s waited
+            // p99 6.3-7.6 ms instead of 2.6-3.5 (`schemas/performance.md`, "consume starved by its prefetch cap").
             ("queued.min.messages", options.yieldToReaders ? "20000" : "100000"),
         ] + options.settings)
         resetOffset = ["latest", "largest", "end"].contains(reset) ? Int64(RD_KAFKA_OFFSET_END) : Int64(RD_KAFKA_OFFSET_BEGINNING)

@@ -115,9 +115,13 @@ extension EventStore {
     public func access(
         _ asids: [String], asOf: Int64?
     ) throws(IdreconError) -> (answers: [AccessAnswer], lastSeq: Int64, appliedSeq: Int64) {
-        try splitReaders.lend(path, batch: isOneShot ? 0 : asids.count) { reader throws(IdreconError) in
+        let onOneConnection = { () throws(IdreconError) in
+            try self.read { db in try Self.access(db, asids, asOf: asOf) }
+        }
+        guard !isOneShot else { return try onOneConnection() }
+        return try splitReaders.lend(path, batch: asids.count) { reader throws(IdreconError) in
             if let reader { return try reader.access(asids, asOf: asOf) }
-            return try read { db in try Self.access(db, asids, asOf: asOf) }
+            return try onOneConnection()
         }
     }
 

@@ -7,12 +7,18 @@ import Testing
 /// so it reads what a writer committed since its last read, as a pool's readers do; or, once it reads one
 /// state (`readOneState`, a query's), every read answers from that state.
 @Suite struct OneShotReaderTests {
-    @Test func aOneShotReaderReadsWhatAWriterCommitsBetweenItsReads() throws {
+    /// A database of three events and its writer.
+    private func logOfThree() throws -> (dir: TempDir, path: String, writer: EventStore, ingestor: FileIngestor) {
         let dir = TempDir()
         let path = dir.path("db.sqlite")
         let writer = try EventStore(path: path)
         let ingestor = FileIngestor(store: writer)
         _ = try ingestor.ingest(path: dir.write("a.jsonl", (1...3).map { eventLine("e\($0)") }))
+        return (dir, path, writer, ingestor)
+    }
+
+    @Test func aOneShotReaderReadsWhatAWriterCommitsBetweenItsReads() throws {
+        let (dir, path, writer, ingestor) = try logOfThree()
         let reader = try EventStore(path: path, readOnly: true, concurrentReads: false)
         let pooled = try EventStore(path: path, readOnly: true)
         #expect(try reader.stats().events == 3)
@@ -24,11 +30,7 @@ import Testing
     }
 
     @Test func aQueryReadsOneStateWhateverAWriterCommitsMeanwhile() throws {
-        let dir = TempDir()
-        let path = dir.path("db.sqlite")
-        let writer = try EventStore(path: path)
-        let ingestor = FileIngestor(store: writer)
-        _ = try ingestor.ingest(path: dir.write("a.jsonl", (1...3).map { eventLine("e\($0)") }))
+        let (dir, path, writer, ingestor) = try logOfThree()
         let before = try writer.projectionDigests()
         var query: EventStore? = try EventStore(path: path, readOnly: true, concurrentReads: false)
         try query?.readOneState()
