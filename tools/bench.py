@@ -13,6 +13,7 @@ OUT = os.path.join(ROOT, ".bench")
 
 
 WRITTEN = {}  # bytes each measured process wrote to storage, by name
+FREE_BEFORE = {}  # MB of memory free when each measured step started (`settle`)
 
 
 def reap(name, proc):
@@ -25,11 +26,38 @@ def reap(name, proc):
     return proc.returncode, usage.ru_maxrss / 1024
 
 
-def quiesce():
+def quiesce(keep=(), skip=()):
     """Writes back every dirty page before a step is measured: otherwise a step pays for the
     previous one's writeback (the 10M baseline and raw append leave gigabytes of dirty pages,
-    which the kernel throttled the following ingest's writes behind)."""
+    which the kernel throttled the following ingest's writes behind). Then `settle`s the memory."""
     os.sync()
+    return settle(keep, skip)
+
+
+def memory_free_mb():
+    with open("/proc/meminfo") as f:
+        return int(re.search(r"MemFree:\s+(\d+) kB", f.read()).group(1)) / 1024
+
+
+def settle(keep=(), skip=(), target_mb=1024):
+    """Fills the page cache with the bench's own files (read through by `cat`, largest first) until
+    less than target_mb of memory is free, so that every step writes into memory the kernel
+    recycles. On this VM the first write into memory the guest had freed (and reported to its host)
+    costs about 2 s of system CPU per GB, ten times a write into a full page cache (`dd` of 3 GB:
+    6.4-7.2 s of system time against 0.6 s; schemas/performance.md, "The VM's fresh memory"): a
+    step that wrote more than the memory freed before it paid for it, so a 10M `ingest` run after
+    the bench deleted its old databases paid ~17 s that the 1M `ingest` at the end, in a full
+    cache, did not. The step's inputs (`keep`) are read last, so that they stay cached; `skip` (a
+    cold replay's log) is not read. Returns the MB free afterwards (`free_mb_before`, per step)."""
+    files = sorted((os.path.join(OUT, f) for f in os.listdir(OUT)), key=lambda f: -os.path.getsize(f))
+    for path in files:
+        if memory_free_mb() < target_mb:
+            break
+        if os.path.isfile(path) and not path.endswith(("-wal", "-shm", "-lock")) and path not in (*keep, *skip):
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+    for path in keep:
+        subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+    return memory_free_mb()
 
 
 def uncached(*paths):
@@ -61,17 +89,18 @@ def replay_rates(db_path, name):
     rates, rss = [], 0
     for cold in (True, False):
         (uncached if cold else cached)(db_path)
-        _, peak, _, err = timed(name, [os.path.join(BIN, "idrecon"), "replay", "--db", db_path, "--format", "json"])
+        _, peak, _, err = timed(name, [os.path.join(BIN, "idrecon"), "replay", "--db", db_path, "--format", "json"],
+                                **({"skip": (db_path,)} if cold else {"keep": (db_path,)}))
         rss = max(rss, peak)
         m = re.search(r"(\d+) events in ([\d.]+) s", err)
         rates.append(int(m.group(1)) / float(m.group(2)))
     return rates[0], rates[1], rss
 
 
-def timed(name, cmd, started=None, **kw):
-    """Runs cmd after `quiesce`; returns (wall seconds, peak RSS MB, stdout, stderr). `started` is
-    called with the process's pid."""
-    quiesce()
+def timed(name, cmd, started=None, keep=(), skip=(), **kw):
+    """Runs cmd after `quiesce` (keep, skip: `settle`'s); returns (wall seconds, peak RSS MB, stdout,
+    stderr). `started` is called with the process's pid."""
+    FREE_BEFORE[name] = quiesce(keep, skip)
     start = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     if started:
@@ -281,7 +310,7 @@ def api_while_consuming(r, db_path):
     floor_db = os.path.join(OUT, "floor.sqlite")  # the same database for the floor's own consumer
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as src, sqlite3.connect(floor_db) as dst:
         src.backup(dst)
-    quiesce()
+    FREE_BEFORE["busy"] = quiesce(keep=(more,))
     asids = os.path.join(OUT, "api-asids.txt")
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
         with open(asids, "w") as f:
@@ -401,16 +430,31 @@ def main():
     r = {"events": n, "lines": lines, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
 
     print("baseline (Python json + sqlite3) ...", file=sys.stderr)
-    wall, rss, _, _ = timed("baseline", ["python3", os.path.join(ROOT, "tools", "baseline_ingest.py"), events, db("baseline")])
+    wall, rss, _, _ = timed("baseline", ["python3", os.path.join(ROOT, "tools", "baseline_ingest.py"), events, db("baseline")],
+                            keep=(events,))
     r["baseline_eps"], r["baseline_rss_mb"] = lines / wall, rss
 
     print("raw append (storage module, projections off) ...", file=sys.stderr)
-    _, rss, out, _ = timed("raw", [os.path.join(BIN, "idrecon-bench"), "raw-append", events, db("raw")])
+    _, rss, out, _ = timed("raw", [os.path.join(BIN, "idrecon-bench"), "raw-append", events, db("raw")], keep=(events,))
     raw = json.loads(out)
     r["raw_append_eps"], r["raw_append_rss_mb"] = lines / raw["seconds"], rss
 
+    def ingest_1m(name):
+        """The 1M stream's `ingest` into a new database `name`, for the ratios: its rate."""
+        events1, lines1 = generated(small)
+        wall, _, _, _ = timed(name, [os.path.join(BIN, "idrecon"), "ingest", events1, "--db", db(name), "--format", "json"],
+                              keep=(events1,))
+        return lines1 / wall
+
+    if n > small:
+        # The 1M `ingest` right before and right after this one, and the ratio to their mean: the host's speed
+        # drifts over minutes (the same 1M `ingest` alternated with a 10M one: 120k, 135k ev/s around 115k).
+        print("idrecon ingest of the 1M stream, before the one measured (for the ratio) ...", file=sys.stderr)
+        r["ingest_1m_before_eps"] = ingest_1m("ingest-1M-before")
+
     print("idrecon ingest (projections on) ...", file=sys.stderr)
-    quiesce()  # before the progress clock starts, so that the first million does not hold the writeback
+    # Before the progress clock starts, so that the first million neither holds the writeback nor waits for `settle`.
+    quiesce(keep=(events,))
     progress = Progress(db("ingest"))
     wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"],
                             started=progress.attach)
@@ -419,10 +463,14 @@ def main():
     r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record()  # the steps of `rates`, above
     r["ingest_finish_seconds"] = progress.finish_seconds
     r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
+    if n > small:
+        print("idrecon ingest of the 1M stream, after the one measured (for the ratio) ...", file=sys.stderr)
+        r["ingest_1m_after_eps"] = ingest_1m("ingest-1M")
+        r["ingest_1m_eps"] = (r["ingest_1m_before_eps"] + r["ingest_1m_after_eps"]) / 2
 
     print("idrecon consume from the embedded cluster, produced concurrently ...", file=sys.stderr)
     partitions = max(16, math.ceil(lines / 8000))
-    quiesce()
+    FREE_BEFORE["consume"] = quiesce(keep=(events,))
     broker = subprocess.Popen([os.path.join(BIN, "idrecon"), "dev-broker", "--partitions", str(partitions)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     bootstrap = broker.stdout.readline().strip()
@@ -469,7 +517,8 @@ def main():
     # Like the replay: from a cold page cache, then cached.
     for cold in (True, False):
         (uncached if cold else cached)(accepted)
-        _, rss, out, _ = timed("duckdb", ["python3", os.path.join(ROOT, "tools", "duckdb_contender.py"), accepted, duck_out])
+        _, rss, out, _ = timed("duckdb", ["python3", os.path.join(ROOT, "tools", "duckdb_contender.py"), accepted, duck_out],
+                               **({"skip": (accepted,)} if cold else {"keep": (accepted,)}))
         duck = json.loads(out)
         r["duckdb_cold_eps" if cold else "duckdb_eps"], r["duckdb_rss_mb"] = duck["events"] / duck["seconds"], rss
     r["duckdb_exports_equal"] = {}
@@ -512,10 +561,7 @@ def main():
 
     if n > small:
         # The same measures at 1M in this run, on the 1M stream: is the cost per event flat?
-        print("at 1M, for the ratios: ingest, replay, audit calls ...", file=sys.stderr)
-        events1, lines1 = generated(small)
-        wall, _, _, _ = timed("ingest-1M", [os.path.join(BIN, "idrecon"), "ingest", events1, "--db", db("ingest-1M"), "--format", "json"])
-        r["ingest_1m_eps"] = lines1 / wall
+        print("at 1M, for the ratios: replay, audit calls ...", file=sys.stderr)
         r["ingest_1m_written_bytes_per_event"] = WRITTEN["ingest-1M"] / small
         r["replay_1m_cold_eps"], r["replay_1m_eps"], _ = replay_rates(db("ingest-1M"), "replay-1M")
         access1 = os.path.join(OUT, f"access-{small}.jsonl")
@@ -538,6 +584,7 @@ def main():
     r["consume_over_ingest"] = r["consume_eps"] / r["ingest_eps"]
     r["replay_over_duckdb"] = r["replay_eps"] / r["duckdb_eps"]
     r["replay_cold_over_duckdb"] = r["replay_cold_eps"] / r["duckdb_cold_eps"]
+    r["free_mb_before"] = {name: round(mb) for name, mb in FREE_BEFORE.items()}
     for name in ("results.json", f"results-{n}.json"):  # the latest, and the latest at this size
         json.dump(r, open(os.path.join(OUT, name), "w"), indent=2)
 
@@ -578,6 +625,9 @@ def main():
            ("the floor's consumer meanwhile", f"{r['floor_busy_consume_eps']:,.0f} ev/s"
             + ("" if r["floor_busy_consume_still_running"] else " (finished before wrk did)"), "")]
           if "floor_busy_get_rps" in r else []),
+        ("memory free when measured (settled): ingest · consume" + (" · ingest at 1M" if n > small else ""),
+         " · ".join(f"{r['free_mb_before'].get(k, 0):,} MB" for k in ("ingest", "consume", "ingest-1M")[:3 if n > small else 2]),
+         ""),
         ("database size", f"{r['db_bytes_per_event']:.0f} B/event", ""),
         *[(f"disk bytes written: {name}", f"{r[f'{name}_written_bytes_per_event']:,.0f} B/event", "")
           for name in ("baseline", "ingest", "consume", "replay")],
@@ -598,9 +648,10 @@ def main():
     rows.append(("ingest: last commit to exit (projections)", f"{r['ingest_finish_seconds']:.1f} s", ""))
     if n > small:
         rows += [
-            ("at 1M: ingest · replay (cached · cold) · audit", f"{r['ingest_1m_eps']:,.0f} · {r['replay_1m_eps']:,.0f} · "
+            ("at 1M: ingest (mean) · replay (cached · cold) · audit", f"{r['ingest_1m_eps']:,.0f} · {r['replay_1m_eps']:,.0f} · "
              f"{r['replay_1m_cold_eps']:,.0f} · {r['audit_1m_calls_per_s']:,.0f}", ""),
-            ("ingest / its 1M rate", f"{r['ingest_over_1m']:.2f}x", ""),
+            ("at 1M: ingest right before · after it", f"{r['ingest_1m_before_eps']:,.0f} · {r['ingest_1m_after_eps']:,.0f}", ""),
+            ("ingest / its 1M rate (their mean)", f"{r['ingest_over_1m']:.2f}x", ""),
             ("replay / its 1M rate (cached · cold)", f"{r['replay_over_1m']:.2f}x · {r['replay_cold_over_1m']:.2f}x", ""),
             ("audit calls / its 1M rate", f"{r['audit_over_1m']:.2f}x", ""),
             ("ingest bytes written / 1M's", f"{r['written_over_1m']:.2f}x", ""),
