@@ -1,7 +1,7 @@
 # idrecon — `make demo` runs the main job end to end, `make test` builds and tests.
 SHELL := /bin/bash
 SWIFT ?= swift
-DEB_PACKAGES := librdkafka-dev libsqlite3-dev libssl-dev pkg-config sqlite3 curl prometheus
+DEB_PACKAGES := librdkafka-dev libsqlite3-dev libjemalloc-dev libssl-dev pkg-config sqlite3 curl prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN := .build/release
 # Release code reaches a generic type's metadata through its accessor, not by its mangled name, which

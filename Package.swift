@@ -69,8 +69,15 @@ let package = Package(
         // Debian's librdkafka 2.0.2 (with the mock cluster API), for the Kafka layer only: its headers at
         // build time, the library loaded when first used (librdkafka-dev, from `make deps`).
         .target(name: "CRdKafka", linkerSettings: [.linkedLibrary("dl")]),
-        // glibc's `mallopt` (the process's allocator settings, `MemoryPolicy`).
-        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
+        // The process's allocator: Debian's jemalloc (libjemalloc-dev, from `make deps`) and its settings
+        // (`MemoryPolicy`). `malloc_conf` is exported so that the library finds it (`--no-export-dynamic`).
+        .target(
+            name: "CMalloc",
+            linkerSettings: [
+                .linkedLibrary("jemalloc"),
+                .unsafeFlags(["-Xlinker", "--export-dynamic-symbol=malloc_conf"]),
+            ]
+        ),
         // Compiler hints Swift does not expose: prefetches for the bulk folds' scattered reads and
         // the branch-free search of the replay's partitions.
         .systemLibrary(name: "CPrefetch", path: "Sources/CPrefetch"),
@@ -121,7 +128,9 @@ let package = Package(
             path: "tools/idrecon-gen"
         ),
         // Benchmark helper: the storage module's raw append limit.
-        .executableTarget(name: "idrecon-bench", dependencies: ["IdreconStore", "IdreconIngest"], path: "tools/idrecon-bench"),
+        .executableTarget(
+            name: "idrecon-bench", dependencies: ["IdreconStore", "IdreconIngest", "CMalloc"], path: "tools/idrecon-bench"
+        ),
         // The record path under libFuzzer (`make fuzz`); built normally it replays inputs.
         .target(
             name: "IdreconFuzzing",

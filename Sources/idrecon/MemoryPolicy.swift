@@ -1,22 +1,23 @@
-import Foundation
-import IdreconDomain
 #if canImport(CMalloc)
 import CMalloc
 #endif
 
-/// How the process asks glibc's allocator for memory. A catch-up holds a chunk's facts and
-/// groups them per projection, then frees them: with glibc's defaults those large, short-lived
-/// blocks come from heaps that are not given back, the next chunk's blocks land beside the
-/// leftovers, and the peak grew by tens of megabytes from one catch-up to the next (1M ingest,
-/// chunks of 400,000: 350–391 MB against 303–316 MB with these settings). So blocks of 128 KiB
-/// and more are mapped on their own and returned when freed (a fixed threshold: glibc would
-/// otherwise raise it to the size of the last one freed), and threads share one heap per core
-/// (glibc's default is eight per core), enough for validation on every core.
+/// How the process allocates: jemalloc, with the settings `CMalloc` gives it (two arenas, freed pages
+/// returned after a second by jemalloc's own thread). glibc's allocator, used before, grew slower as a long
+/// run went on: blocks allocated on the reading and validating threads and freed on the writer's, with
+/// longer-lived ones among them, left its arenas fragmented, and its `malloc` searched further each
+/// million (a 10M `ingest`'s CPU per record 8.1 → 9.3 µs from its first million to its last; with
+/// jemalloc 7.3 → 7.7 µs, and 81 → 68–71 s in all; `schemas/performance.md`, "The allocator").
 enum MemoryPolicy {
-    static func apply() {
+    /// The arenas in effect: 2 when jemalloc took `CMalloc`'s settings; 0 without jemalloc.
+    static var arenas: Int {
         #if canImport(CMalloc)
-        _ = mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-        _ = mallopt(M_ARENA_MAX, Int32(clamping: max(2, Machine.cores)))
+        Int(idrecon_allocator_arenas())
+        #else
+        0
         #endif
     }
+
+    /// Links the settings into the executable (a C file nothing called would be left out).
+    static func apply() { _ = arenas }
 }

@@ -26,10 +26,11 @@ struct RunResult {
 }
 
 @discardableResult
-func run(_ executable: String, _ arguments: [String], stdin: String? = nil) throws -> RunResult {
+func run(_ executable: String, _ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> RunResult {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
     let out = Pipe(), err = Pipe()
     process.standardOutput = out
     process.standardError = err

@@ -56,6 +56,16 @@ import Testing
         #expect(!trace.contains("librdkafka"))
     }
 
+    /// The executable allocates with jemalloc under `CMalloc`'s settings (`MemoryPolicy`): jemalloc's own
+    /// report of the options in effect, which it prints at exit when asked to.
+    @Test func theAllocatorIsJemallocWithItsSettings() throws {
+        let result = try run(Binaries.idrecon, ["--version"], environment: ["MALLOC_CONF": "stats_print:true"])
+        #expect(result.status == 0)
+        for option in ["opt.narenas: 2", "opt.background_thread: true", "opt.dirty_decay_ms: 1000", "opt.muzzy_decay_ms: 0"] {
+            #expect(result.stderr.contains(option), "\(option): not in effect")
+        }
+    }
+
     @Test func queriesAnswerAndSayNotFoundWithExitOne() throws {
         let (s, db) = try db()
         _ = s

@@ -1,3 +1,4 @@
+import CMalloc
 import Foundation
 import IdreconIngest
 import IdreconStore
@@ -8,6 +9,8 @@ import IdreconStore
 /// `idrecon-bench validate FILE`: validation alone on one thread (what each record costs
 /// before the writer sees it), the file read outside the clock. Prints
 /// `{"records": N, "seconds": S}`.
+// The allocator `idrecon` runs with (its settings linked in by this call), so that both are measured alike.
+_ = idrecon_allocator_arenas()
 let arguments = CommandLine.arguments
 if arguments.count == 3, arguments[1] == "validate" {
     guard let data = FileManager.default.contents(atPath: arguments[2]) else {
