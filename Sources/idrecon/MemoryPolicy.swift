@@ -3,11 +3,12 @@ import CMalloc
 #endif
 
 /// How the process allocates: jemalloc, with the settings `CMalloc` gives it (two arenas, freed pages
-/// returned after a second by jemalloc's own thread). glibc's allocator, used before, grew slower as a long
-/// run went on: blocks allocated on the reading and validating threads and freed on the writer's, with
-/// longer-lived ones among them, left its arenas fragmented, and its `malloc` searched further each
-/// million (a 10M `ingest`'s CPU per record 8.1 → 9.3 µs from its first million to its last; with
-/// jemalloc 7.3 → 7.7 µs, and 81 → 68–71 s in all; `schemas/performance.md`, "The allocator").
+/// returned after a second by jemalloc's own thread, blocks of 512 KiB and more when freed). glibc's
+/// allocator, used before, grew slower as a long run went on: blocks allocated on the reading and
+/// validating threads and freed on the writer's, with longer-lived ones among them, left its arenas
+/// fragmented, and its `malloc` searched further each million (a 10M `ingest`'s CPU per record 8.1 → 9.3 µs
+/// from its first million to its last; with jemalloc 7.3 → 7.7 µs, and 81 → 68–71 s in all;
+/// `schemas/performance.md`, "The VM's fresh memory, and the allocator").
 enum MemoryPolicy {
     /// The arenas in effect: 2 when jemalloc took `CMalloc`'s settings; 0 without jemalloc.
     static var arenas: Int {

@@ -61,7 +61,8 @@ import Testing
     @Test func theAllocatorIsJemallocWithItsSettings() throws {
         let result = try run(Binaries.idrecon, ["--version"], environment: ["MALLOC_CONF": "stats_print:true"])
         #expect(result.status == 0)
-        for option in ["opt.narenas: 2", "opt.background_thread: true", "opt.dirty_decay_ms: 1000", "opt.muzzy_decay_ms: 0"] {
+        for option in ["opt.narenas: 2", "opt.background_thread: true", "opt.dirty_decay_ms: 1000", "opt.muzzy_decay_ms: 0",
+                       "opt.oversize_threshold: 524288"] {
             #expect(result.stderr.contains(option), "\(option): not in effect")
         }
     }
