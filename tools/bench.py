@@ -64,7 +64,7 @@ def uncached(*paths):
     """Drops the files' pages from the page cache (after `quiesce` they are clean, so no root is
     needed: `dd iflag=nocache` advises POSIX_FADV_DONTNEED), so that the next step reads them from
     disk. Done in a process of its own: the harness never opens a database file itself."""
-    quiesce()
+    quiesce(skip=paths)
     for path in paths:
         if os.path.exists(path):
             subprocess.run(["dd", f"if={path}", "iflag=nocache", "count=0", "status=none"], check=True)
@@ -155,7 +155,8 @@ class Progress:
         self.thread.start()
 
     def attach(self, pid):
-        self.pid = pid
+        """The ingest started: its clock starts here, after the step's `quiesce`."""
+        self.pid, self.start = pid, time.monotonic()
 
     def process_cpu(self):
         """The ingest's user + system CPU seconds so far (all its threads); None once it has gone."""
@@ -453,11 +454,9 @@ def main():
         r["ingest_1m_before_eps"] = ingest_1m("ingest-1M-before")
 
     print("idrecon ingest (projections on) ...", file=sys.stderr)
-    # Before the progress clock starts, so that the first million neither holds the writeback nor waits for `settle`.
-    quiesce(keep=(events,))
     progress = Progress(db("ingest"))
     wall, rss, _, _ = timed("ingest", [os.path.join(BIN, "idrecon"), "ingest", events, "--db", db("ingest"), "--format", "json"],
-                            started=progress.attach)
+                            started=progress.attach, keep=(events,))
     r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
     r["ingest_eps_per_million"] = progress.rates(lines)
     r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record()  # the steps of `rates`, above

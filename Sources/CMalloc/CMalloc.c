@@ -1,7 +1,8 @@
 #include <stddef.h>
 #include "CMalloc.h"
 
-// jemalloc reads this at its first allocation, before `main` (schemas/performance.md, "The allocator"):
+// jemalloc reads this at its first allocation, before `main` (schemas/performance.md, "The VM's fresh memory,
+// and the allocator"):
 // - narenas:2: one arena per core, as glibc's two were; its default is four per core, more memory for no
 //   speed here (a 1M `ingest`: 312-318 MB against 288 MB).
 // - dirty_decay_ms:1000, muzzy_decay_ms:0, background_thread:true: freed pages go back to the kernel after

@@ -10,15 +10,10 @@ import CMalloc
 /// from its first million to its last; with jemalloc 7.3 → 7.7 µs, and 81 → 68–71 s in all;
 /// `schemas/performance.md`, "The VM's fresh memory, and the allocator").
 enum MemoryPolicy {
-    /// The arenas in effect: 2 when jemalloc took `CMalloc`'s settings; 0 without jemalloc.
-    static var arenas: Int {
+    /// Keeps `CMalloc`'s settings in the executable (a C file that nothing calls would be left out).
+    static func apply() {
         #if canImport(CMalloc)
-        Int(idrecon_allocator_arenas())
-        #else
-        0
+        _ = idrecon_allocator_arenas()
         #endif
     }
-
-    /// Links the settings into the executable (a C file nothing called would be left out).
-    static func apply() { _ = arenas }
 }
