@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 import IdreconDomain
 import IdreconLog
+import Synchronization
 
 /// Builds every projection of a new generation from a snapshot of the log in bulk: the
 /// log is scanned once, two threads each scanning half; a log larger than one partition
@@ -47,14 +48,18 @@ package struct ProjectionBuilder {
         // Started with the scanners: beside the samples' seeks, they left those waiting for the disk.
         var readers: [StoppableWork] = []
         defer { readers.forEach { $0.stop() } }
-        func readAhead() {
-            readers = pool.map { pool in [ReadAhead.start(pool, seqs: halves.0), ReadAhead.start(pool, seqs: halves.1)] } ?? []
+        let progress = (ScanProgress(halves.0.lowerBound), ScanProgress(halves.1.lowerBound))
+        func readAhead(paced: Bool) {
+            readers = pool.map { pool in
+                [ReadAhead.start(pool, seqs: halves.0, progress: paced ? progress.0 : nil),
+                 ReadAhead.start(pool, seqs: halves.1, progress: paced ? progress.1 : nil)]
+            } ?? []
         }
         let weight = try snapshots.0.read { db in try Self.memoryWeight(db, seqs: 1...max(1, lastSeq)) }
         let shares = (Double(lastSeq) * weight / Double(partitionSize)).rounded(.up)
         let partitions = KeyRanges.partitions(shares: Int(max(1, shares)))
         guard partitions > 1 else {
-            readAhead()
+            readAhead(paced: false) // a partition's pages at most
             var (facts, second) = try concurrently(
                 { try snapshots.0.read { db in try Facts(db, seqs: halves.0) } },
                 { try snapshots.1.read { db in try Facts(db, seqs: halves.1) } })
@@ -63,39 +68,76 @@ package struct ProjectionBuilder {
             return .inMemory(Handoff((facts, otherDevices)))
         }
         let ranges = try KeyRanges(snapshots, seqs: 1...max(1, lastSeq), partitions: partitions)
-        readAhead()
+        readAhead(paced: true)
         let (first, second) = try concurrently(
             { try snapshots.0.read { db in
                 try SpilledFacts(
-                    db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory)
+                    db, seqs: halves.0, partitions: partitions, ranges: ranges, directory: spillDirectory,
+                    progress: progress.0)
             } },
             { try snapshots.1.read { db in
                 try SpilledFacts(
-                    db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory)
+                    db, seqs: halves.1, partitions: partitions, ranges: ranges, directory: spillDirectory,
+                    progress: progress.1)
             } })
         return .spilled(first, second, partitions: partitions)
     }
 
-    /// Reads a range of the log's events ahead of the scanner of that range, on a reader of its
-    /// own, so that the pages of a log the page cache no longer holds are read while the scanner
-    /// works on the ones before. A scanner alone waits for each page it misses: the log's
-    /// events pages lie between its payloads' and indexes' pages, which defeats the kernel's
-    /// readahead (a 10M scan after `consume` had filled the cache: 11 s, 6 warm). The reads
-    /// visit each row but decode no column, and stop when the scan is done.
+    /// How far a scanner of a range of the log is (about the sequence number it reached), for the
+    /// range's `ReadAhead` to keep a bounded distance ahead of it.
+    final class ScanProgress: Sendable {
+        private let reached: Atomic<Int64>
+
+        init(_ start: Int64) { reached = Atomic(start) }
+
+        var seq: Int64 { reached.load(ordering: .relaxed) }
+
+        func reach(_ seq: Int64) { reached.store(seq, ordering: .relaxed) }
+    }
+
+    /// Has the pages of a range of the log's events read ahead of the scanner of that range, so
+    /// that the pages of a log the page cache no longer holds are read while the scanner works on
+    /// the ones before. A scanner alone waits for each page it misses.
+    ///
+    /// The leaves of `events` are named by its interior pages (`BTreePages`) and the kernel asked
+    /// to read them (`posix_fadvise`), a run of consecutive pages at a time, at most `lead` events
+    /// ahead of the scanner when it reports its progress. The scanner then finds its pages cached
+    /// and sets off no readahead of its own: the kernel's reads the file's next megabytes, and the
+    /// log's events pages lie between its payloads' (a cold 10M scan read 4.3 GB for 1.9 GB of
+    /// `events` pages; `schemas/performance.md`, "Reading only the log's events pages"). Where no
+    /// descriptor of the file is found, or a page is not what it must be, a reader of its own
+    /// visits the rows instead, decoding no column (a 10M scan after `consume` had filled the
+    /// cache: 11 s without, 6 warm).
     private enum ReadAhead {
-        static func start(_ pool: DatabasePool, seqs: ClosedRange<Int64>) -> StoppableWork {
+        static func start(_ pool: DatabasePool, seqs: ClosedRange<Int64>, progress: ScanProgress?) -> StoppableWork {
             StoppableWork { isStopped in
-                // A small page cache: the pages are read for the kernel's cache, not this connection's
-                // (the pool's 32 MB for each of the two readers took a 1M replay's peak from 176 to 245 MB).
-                try pool.read { db in
-                    try db.withPageCache(kibibytes: 256) {
-                        let statement = try db.makeStatement(sql: "SELECT count(*) FROM events WHERE seq BETWEEN ? AND ?")
-                        var low = seqs.lowerBound
-                        while low <= seqs.upperBound, !isStopped() {
-                            let high = low + min(Self.chunk - 1, seqs.upperBound - low)
-                            _ = try Int64.fetchOne(statement, arguments: [low, high])
-                            low = high + 1
-                        }
+                var from = seqs.lowerBound
+                if let pages = try pool.read({ db in try BTreePages(db, path: pool.path, bTree: "events") }) {
+                    let walked = pages.forEachLeafRun(keys: seqs) { lowest, run in
+                        while let progress, lowest > progress.seq + lead, !isStopped() { usleep(1_000) }
+                        from = lowest
+                        return !isStopped() && pages.willNeed(run)
+                    }
+                    if walked || isStopped() { return }
+                }
+                try readRows(pool, seqs: from...max(from, seqs.upperBound), isStopped: isStopped)
+            }
+        }
+
+        /// Events whose pages may be asked for ahead of the scanner: ~50 MB of the bench's log.
+        private static let lead: Int64 = 262_144
+
+        private static func readRows(_ pool: DatabasePool, seqs: ClosedRange<Int64>, isStopped: () -> Bool) throws {
+            // A small page cache: the pages are read for the kernel's cache, not this connection's
+            // (the pool's 32 MB for each of the two readers took a 1M replay's peak from 176 to 245 MB).
+            try pool.read { db in
+                try db.withPageCache(kibibytes: 256) {
+                    let statement = try db.makeStatement(sql: "SELECT count(*) FROM events WHERE seq BETWEEN ? AND ?")
+                    var low = seqs.lowerBound
+                    while low <= seqs.upperBound, !isStopped() {
+                        let high = low + min(Self.chunk - 1, seqs.upperBound - low)
+                        _ = try Int64.fetchOne(statement, arguments: [low, high])
+                        low = high + 1
                     }
                 }
             }
@@ -323,17 +365,23 @@ package struct ProjectionBuilder {
         let directory: String
 
         init(
-            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String
+            _ db: Database, seqs: ClosedRange<Int64>, partitions: Int, ranges: KeyRanges, directory: String,
+            progress: ScanProgress
         ) throws {
             let devices = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let logins = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
             let mentions = try (0..<partitions).map { _ in try SpillFile(directory: directory) }
+            var scanned: Int64 = 0
             let spill = Spill(
                 ranges: ranges, devices: devices.map(Unmanaged.passUnretained),
                 logins: logins.map(Unmanaged.passUnretained), mentions: mentions.map(Unmanaged.passUnretained))
             try BulkStatement(db, """
                 SELECT \(LoggedEvent.selectColumns) FROM events WHERE seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound)
-                """).each { row in try spill.add(row) }
+                """).each { row in
+                try spill.add(row)
+                scanned += 1
+                if scanned & 4095 == 0 { progress.reach(seqs.lowerBound + scanned) }
+            }
             (self.devices, self.logins, self.mentions) = (devices, logins, mentions)
             (self.ranges, self.directory) = (ranges, directory)
         }
