@@ -30,6 +30,9 @@ struct KeyRanges: Sendable {
     /// 3.32 → 3.23 s on average.
     static let firstShare = 0.25
 
+    /// The live projections' tables (reader views) whose entities `init` samples, every row of each.
+    static let sampledTables = (devices: "devices", asids: "asids")
+
     /// Ranges for `partitions` partitions of the events in `seqs`. A partition's memory
     /// grows with both its events and its distinct devices and ASIDs, and the two are not
     /// spread alike (active users' ASIDs cluster in key order), so the ranges split the sum
@@ -54,7 +57,7 @@ struct KeyRanges: Sendable {
         let (first, second) = try concurrently({
             try snapshots.0.read { db -> Half<ByteTextPair> in
                 let (devices, asids) = try events(db, 0..<samples / 2)
-                let live = try Self.everyNth(db, "devices", columns: "app_id, device_id", about: samples) {
+                let live = try Self.everyNth(db, Self.sampledTables.devices, columns: "app_id, device_id", about: samples) {
                     ByteTextPair($0.string(0), $0.string(1))
                 }
                 return (devices, asids, live)
@@ -62,7 +65,8 @@ struct KeyRanges: Sendable {
         }, {
             try snapshots.1.read { db -> Half<ByteText> in
                 let (devices, asids) = try events(db, samples / 2..<samples)
-                return (devices, asids, try Self.everyNth(db, "asids", columns: "asid", about: samples) { ByteText($0.string(0)) })
+                let live = try Self.everyNth(db, Self.sampledTables.asids, columns: "asid", about: samples) { ByteText($0.string(0)) }
+                return (devices, asids, live)
             }
         })
         let deviceBounds = Self.boundaries(Self.weighted(first.devices + second.devices) + Self.weighted(first.live), partitions)

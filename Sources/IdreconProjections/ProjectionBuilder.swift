@@ -83,6 +83,10 @@ package struct ProjectionBuilder {
         return .spilled(first, second, partitions: partitions)
     }
 
+    /// The live projections' tables that `scan` reads through before it scans the log, to bound
+    /// its partitions (`KeyRanges`).
+    package static let sampledTables = [KeyRanges.sampledTables.devices, KeyRanges.sampledTables.asids]
+
     /// How far a scanner of a range of the log is (about the sequence number it reached), for the
     /// range's `ReadAhead` to keep a bounded distance ahead of it.
     final class ScanProgress: Sendable {

@@ -97,21 +97,27 @@ extension EventStore {
         // The log's events are never deleted, so its last sequence number is their count for the
         // progress; the report counts those the build loaded.
         let total = seen.lastSeq
-        let (generation, config, liveBTrees) = try pool.write { db -> (Int, IdentityConfig, [String]) in
+        let (generation, config, liveBTrees, sampledBTrees) = try pool.write { db in
             let state = try ProjectionState.load(db, registry: projections)
             let next = ProjectionTables(generation: state.generation + 1, registry: projections)
             try next.drop(db) // leftovers of an interrupted replay
             try next.createTables(db)
-            let liveBTrees = try state.tables.names.flatMap { table in
+            func bTrees(_ table: String) throws -> [String] {
                 try String.fetchAll(
                     db, sql: "SELECT name FROM sqlite_schema WHERE tbl_name = ?", arguments: [state.tables.name(table)])
             }
-            return (next.generation, newConfig ?? state.config, liveBTrees)
+            let live = try state.tables.names.flatMap(bTrees), sampled = try ProjectionBuilder.sampledTables.flatMap(bTrees)
+            return (next.generation, newConfig ?? state.config, live, sampled)
         }
         let tables = ProjectionTables(generation: generation, registry: projections)
         let builder = ProjectionBuilder(tables: tables, config: config, partitionSize: partitionSize)
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        // The scan first reads the live tables it samples, every page: asked for at once, beside the
+        // samples' seeks into the log (a cold 10M replay read them one after the other, 0.4 GB in ~1 s
+        // at half a core).
+        let sampling = PageWarmer.start(pool, bTrees: sampledBTrees)
         let scanned = try builder.scan(snapshots!, lastSeq: seen.lastSeq, spillDirectory: directory, readAhead: pool)
+        sampling.stop()
 
         // Loading and finishing are single-threaded SQLite writes: the other core digests
         // the live projections as the snapshot saw them, then the rebuilt tables `finish`
