@@ -658,14 +658,16 @@ def main():
     rows.append(("ingest: last commit to exit (projections)", f"{r['ingest_finish_seconds']:.1f} s", ""))
     if n > small:
         rows += [
-            ("at 1M: ingest · replay (cached · cold; means) · audit", f"{r['ingest_1m_eps']:,.0f} · {r['replay_1m_eps']:,.0f} · "
+            ("at 1M: ingest · replay (cached · cold; means) · audit",
+             f"{r['ingest_1m_eps']:,.0f} · {r['replay_1m_eps']:,.0f} · "
              f"{r['replay_1m_cold_eps']:,.0f} · {r['audit_1m_calls_per_s']:,.0f}", ""),
             ("at 1M: ingest right before · after it", f"{r['ingest_1m_before_eps']:,.0f} · {r['ingest_1m_after_eps']:,.0f}", ""),
             ("at 1M: replay right before · after it (cached; cold)",
              " · ".join(f"{x:,.0f}" for x in r["replay_1m_eps_before_after"]) + "; "
              + " · ".join(f"{x:,.0f}" for x in r["replay_1m_cold_eps_before_after"]), ""),
             ("ingest / its 1M rate (their mean)", f"{r['ingest_over_1m']:.2f}x", ""),
-            ("replay / its 1M rate (their means: cached · cold)", f"{r['replay_over_1m']:.2f}x · {r['replay_cold_over_1m']:.2f}x", ""),
+            ("replay / its 1M rate (their means: cached · cold)",
+             f"{r['replay_over_1m']:.2f}x · {r['replay_cold_over_1m']:.2f}x", ""),
             ("audit calls / its 1M rate", f"{r['audit_over_1m']:.2f}x", ""),
             ("ingest bytes written / 1M's", f"{r['written_over_1m']:.2f}x", ""),
         ]

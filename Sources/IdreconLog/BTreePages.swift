@@ -34,7 +34,8 @@ package struct BTreePages {
     package init?(_ db: Database, path: String, bTree name: String) throws {
         #if os(Linux)
         guard let root = try Int64.fetchOne(
-            db, sql: "SELECT rootpage FROM sqlite_schema WHERE type IN ('table', 'index') AND name = ?", arguments: [name]),
+            db, sql: "SELECT rootpage FROM sqlite_schema WHERE type IN ('table', 'index') AND name = ?",
+            arguments: [name]),
             let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size"),
             let root = UInt32(exactly: root), root > 1, pageSize >= 512
         else { return nil }
@@ -110,7 +111,9 @@ package struct BTreePages {
     package func willNeed(_ pages: Range<UInt32>) -> Bool {
         #if os(Linux)
         var info = stat()
-        guard fstat(descriptor, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode else { return false }
+        guard fstat(descriptor, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode else {
+            return false
+        }
         let offset = off_t(pages.lowerBound - 1) * off_t(pageSize), length = off_t(pages.count) * off_t(pageSize)
         return posix_fadvise(descriptor, offset, length, POSIX_FADV_WILLNEED) == 0
         #else

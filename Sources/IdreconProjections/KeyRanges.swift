@@ -57,7 +57,8 @@ struct KeyRanges: Sendable {
         let (first, second) = try concurrently({
             try snapshots.0.read { db -> Half<ByteTextPair> in
                 let (devices, asids) = try events(db, 0..<samples / 2)
-                let live = try Self.everyNth(db, Self.sampledTables.devices, columns: "app_id, device_id", about: samples) {
+                let table = Self.sampledTables.devices
+                let live = try Self.everyNth(db, table, columns: "app_id, device_id", about: samples) {
                     ByteTextPair($0.string(0), $0.string(1))
                 }
                 return (devices, asids, live)
@@ -65,7 +66,9 @@ struct KeyRanges: Sendable {
         }, {
             try snapshots.1.read { db -> Half<ByteText> in
                 let (devices, asids) = try events(db, samples / 2..<samples)
-                let live = try Self.everyNth(db, Self.sampledTables.asids, columns: "asid", about: samples) { ByteText($0.string(0)) }
+                let live = try Self.everyNth(db, Self.sampledTables.asids, columns: "asid", about: samples) {
+                    ByteText($0.string(0))
+                }
                 return (devices, asids, live)
             }
         })

@@ -106,7 +106,8 @@ extension EventStore {
                 try String.fetchAll(
                     db, sql: "SELECT name FROM sqlite_schema WHERE tbl_name = ?", arguments: [state.tables.name(table)])
             }
-            let live = try state.tables.names.flatMap(bTrees), sampled = try ProjectionBuilder.sampledTables.flatMap(bTrees)
+            let live = try state.tables.names.flatMap(bTrees)
+            let sampled = try ProjectionBuilder.sampledTables.flatMap(bTrees)
             return (next.generation, newConfig ?? state.config, live, sampled)
         }
         let tables = ProjectionTables(generation: generation, registry: projections)

@@ -23,7 +23,8 @@ import Testing
                         sql: "INSERT INTO t VALUES (?, ?, ?)",
                         arguments: [seq, "name-\(seq * 7_919 % 20_000)-" + String(repeating: "n", count: 100),
                                     String(repeating: "x", count: 150)])
-                    try db.execute(sql: "INSERT INTO other VALUES (?, ?)", arguments: [seq, String(repeating: "y", count: 150)])
+                    try db.execute(
+                        sql: "INSERT INTO other VALUES (?, ?)", arguments: [seq, String(repeating: "y", count: 150)])
                 }
                 return .commit
             }
@@ -36,7 +37,9 @@ import Testing
                            arguments: [name]).map { UInt32($0) }
     }
 
-    private static func walk(_ pages: BTreePages, keys: ClosedRange<Int64> = Int64.min...Int64.max) -> ([UInt32], [Int64]) {
+    private static func walk(
+        _ pages: BTreePages, keys: ClosedRange<Int64> = Int64.min...Int64.max
+    ) -> ([UInt32], [Int64]) {
         var leaves: [UInt32] = [], lowest: [Int64] = []
         let walked = pages.forEachLeafRun(keys: keys, maxRun: 8) { low, run in
             #expect(run.count <= 8)
