@@ -149,7 +149,7 @@ class Progress:
 
     def __init__(self, path):
         self.path, self.samples, self.stop, self.pid = path, [], threading.Event(), None
-        self.cpu = []  # (records committed, CPU seconds of the ingest so far)
+        self.cpu = []  # (records committed, user and system CPU seconds of the ingest so far)
         self.thread = threading.Thread(target=self.run)
         self.start = time.monotonic()
         self.thread.start()
@@ -159,11 +159,12 @@ class Progress:
         self.pid, self.start = pid, time.monotonic()
 
     def process_cpu(self):
-        """The ingest's user + system CPU seconds so far (all its threads); None once it has gone."""
+        """The ingest's user and system CPU seconds so far (all its threads); None once it has gone."""
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            ticks = os.sysconf("SC_CLK_TCK")
+            return int(fields[11]) / ticks, int(fields[12]) / ticks
         except (OSError, IndexError, ValueError, TypeError):
             return None
 
@@ -173,16 +174,17 @@ class Progress:
             done = committed_records(self.path, "file")
             self.samples.append((time.monotonic(), done))
             if cpu is not None:
-                self.cpu.append((done, cpu))
+                self.cpu.append((done, *cpu))
 
-    def cpu_per_record(self):
-        """The ingest's CPU microseconds per record of each step `rates` took (the kernel's work for it
-        included): whether the cost per event stays flat when the wall rate, on a busy or noisy
-        machine, does not say. Between the first samples at or past each step's end."""
-        final = max((done for done, _ in self.cpu), default=0)
+    def cpu_per_record(self, kinds=(1, 2)):
+        """The ingest's CPU microseconds per record of each step `rates` took (`kinds`: 1 user, 2 the
+        kernel's work for it, both by default): whether the cost per event stays flat when the wall
+        rate, on a busy or noisy machine, does not say. Between the first samples at or past each
+        step's end."""
+        final = max((sample[0] for sample in self.cpu), default=0)
         out, previous = [], (0, 0.0)
         for goal in self.ends:
-            sample = next(((done, cpu) for done, cpu in self.cpu if done >= min(goal, final)), None)
+            sample = next(((s[0], sum(s[k] for k in kinds)) for s in self.cpu if s[0] >= min(goal, final)), None)
             if sample is None or sample[0] <= previous[0]:
                 break
             out.append(1e6 * (sample[1] - previous[1]) / (sample[0] - previous[0]))
@@ -460,6 +462,10 @@ def main():
     r["ingest_eps"], r["ingest_rss_mb"] = lines / wall, rss
     r["ingest_eps_per_million"] = progress.rates(lines)
     r["ingest_cpu_us_per_record_per_million"] = progress.cpu_per_record()  # the steps of `rates`, above
+    # Apart: idrecon's own work, and the kernel's (on this VM the latter grows as the page cache
+    # recycles pages left idle longer: schemas/performance.md, "User and system time per million").
+    r["ingest_user_cpu_us_per_record_per_million"] = progress.cpu_per_record(kinds=(1,))
+    r["ingest_system_cpu_us_per_record_per_million"] = progress.cpu_per_record(kinds=(2,))
     r["ingest_finish_seconds"] = progress.finish_seconds
     r["db_bytes_per_event"] = os.path.getsize(db("ingest")) / n
     if n > small:
@@ -655,6 +661,13 @@ def main():
     if len(cpu) > 1:
         rows.append(("ingest CPU per record, each million (µs)", " ".join(f"{x:.1f}" for x in cpu), ""))
         rows.append(("ingest CPU per record: last million / first", f"{cpu[-1] / cpu[0]:.2f}x", ""))
+        user = r.get("ingest_user_cpu_us_per_record_per_million", [])
+        system = r.get("ingest_system_cpu_us_per_record_per_million", [])
+        if len(user) > 1 and len(system) > 1:
+            rows.append(("  of it user, each million (µs)", " ".join(f"{x:.1f}" for x in user), ""))
+            rows.append(("  of it system, each million (µs)", " ".join(f"{x:.1f}" for x in system), ""))
+            rows.append(("  user · system: last million / first",
+                         f"{user[-1] / user[0]:.2f}x · {system[-1] / system[0]:.2f}x", ""))
     rows.append(("ingest: last commit to exit (projections)", f"{r['ingest_finish_seconds']:.1f} s", ""))
     if n > small:
         rows += [
