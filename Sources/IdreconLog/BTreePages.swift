@@ -110,16 +110,32 @@ package struct BTreePages {
     /// when the descriptor no longer is the database file's (its connection closed it).
     package func willNeed(_ pages: Range<UInt32>) -> Bool {
         #if os(Linux)
+        advise(pages, POSIX_FADV_WILLNEED)
+        #else
+        false
+        #endif
+    }
+
+    /// Asks the kernel to drop `pages` from its page cache: those written back go, a dirty one
+    /// stays. False when the descriptor no longer is the database file's.
+    package func dontNeed(_ pages: Range<UInt32>) -> Bool {
+        #if os(Linux)
+        advise(pages, POSIX_FADV_DONTNEED)
+        #else
+        false
+        #endif
+    }
+
+    #if os(Linux)
+    private func advise(_ pages: Range<UInt32>, _ advice: Int32) -> Bool {
         var info = stat()
         guard fstat(descriptor, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode else {
             return false
         }
         let offset = off_t(pages.lowerBound - 1) * off_t(pageSize), length = off_t(pages.count) * off_t(pageSize)
-        return posix_fadvise(descriptor, offset, length, POSIX_FADV_WILLNEED) == 0
-        #else
-        return false
-        #endif
+        return posix_fadvise(descriptor, offset, length, advice) == 0
     }
+    #endif
 
     /// A page of a B-tree (SQLite's file format, "B-tree Pages"): for an interior page, its
     /// cells' child pages (and, in a rowid table, their highest keys) and the rightmost child

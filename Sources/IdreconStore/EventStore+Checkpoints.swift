@@ -33,6 +33,9 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
     private let lock = NSLock()
     private var pending = false
     private var stopped = false
+    /// The appends' payload pages, dropped from the page cache after each checkpoint here; used
+    /// on `queue` only.
+    private var payloads: WrittenPayloads?
 
     fileprivate init(store: EventStore, lowered: (@Sendable () -> Void)?) throws {
         self.store = store
@@ -42,6 +45,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
         (writerCheckpointPages, autocheckpointPages) = try connection.read { db in
             (try EventStore.pages(Self.writerCheckpointBytes, db), try EventStore.pages(EventStore.walAutocheckpointBytes, db))
         }
+        payloads = try? connection.read { db in try WrittenPayloads(db, path: store.path) }
         // Lowered, the queue takes the background QoS, whose GCD threads are its own (as the
         // writer's): a lowered thread of the shared pool would later run the API's handlers.
         queue = DispatchQueue(label: "idrecon.checkpoints", qos: lowered == nil ? .utility : .background)
@@ -62,6 +66,7 @@ package final class BackgroundCheckpoints: @unchecked Sendable {
             connection.writeWithoutTransaction { db in
                 _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
             }
+            payloads?.dropCheckpointed()
         }
     }
 
