@@ -11,8 +11,8 @@ import GRDB
 /// (its host pages idle guest memory out: 3 GB written over page cache idle for two minutes took
 /// 3.4–4.4 s of system time, over page cache idle for seconds 1.5–1.9 s), so the millions of a
 /// 10M `ingest` took 1.0–1.3 µs of system time per record until the free memory ran out and
-/// 2.2–2.6 µs after; with the payloads dropped, 1.0–1.5 µs throughout (`schemas/performance.md`,
-/// "Payload pages out of the page cache"). The pages dropped are the next ones reused.
+/// 2.2–2.6 µs after; with the payloads dropped, 1.0–1.5 µs throughout (`schemas/performance.md`, "User
+/// and system time per million"). The pages dropped are the next ones reused.
 package struct WrittenPayloads {
     /// Events whose payloads stay: a re-delivered event's payload is read to compare it with the
     /// logged one, and re-deliveries are nearly always of recent events.
