@@ -371,12 +371,61 @@ package struct KeyRuns {
     /// starts after its last event.
     private mutating func seal(_ db: Database) throws {
         var keys = open.pairs
-        keys.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
+        Self.sortByHashAndSeq(&keys)
         var writer = try ChunkWriter(db, table, run: nextID, keys: keys.count, chunkKeys: chunkKeys, filtered: filtered)
         for key in keys { try writer.add(key.hash, key.seq) }
         sealed.append(try writer.finish(tier: 0, generation: Self.newGeneration()))
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, layout: open.layout, changed: true)
         open.reserve(shape.firstCapacity)
+    }
+
+    /// Sorts `pairs` by hash, then seq: a radix sort of the hashes (11 bits a pass, stable), then
+    /// the rare runs of equal hashes by seq. The open run's ~300,000 pairs took ~19 ms in the
+    /// standard library's sort (a stable merge sort through a closure comparing tuples): 2.3 % of
+    /// a 10M `ingest`'s CPU, on the writer's thread.
+    static func sortByHashAndSeq(_ pairs: inout [(hash: Int64, seq: Int64)]) {
+        let count = pairs.count
+        guard count >= 1024 else {
+            pairs.sort { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
+            return
+        }
+        let bits = 11, mask = UInt64(1 << bits - 1)
+        // The sign bit flipped: signed order as unsigned.
+        func digit(_ hash: Int64, _ shift: Int) -> Int {
+            Int(truncatingIfNeeded: ((UInt64(bitPattern: hash) ^ (1 << 63)) >> UInt64(shift)) & mask)
+        }
+        var scratch = [(hash: Int64, seq: Int64)](repeating: (0, 0), count: count)
+        var sortedInScratch = false
+        pairs.withUnsafeMutableBufferPointer { pairs in
+            scratch.withUnsafeMutableBufferPointer { scratch in
+                var (source, target) = (pairs, scratch)
+                var offsets = [Int](repeating: 0, count: 1 << bits)
+                for shift in stride(from: 0, to: 64, by: bits) {
+                    for i in offsets.indices { offsets[i] = 0 }
+                    for pair in source { offsets[digit(pair.hash, shift)] += 1 }
+                    if offsets[digit(source[0].hash, shift)] == count { continue } // one digit: nothing moves
+                    var sum = 0
+                    for i in offsets.indices { (offsets[i], sum) = (sum, sum + offsets[i]) }
+                    for pair in source {
+                        let d = digit(pair.hash, shift)
+                        target[offsets[d]] = pair
+                        offsets[d] += 1
+                    }
+                    swap(&source, &target)
+                    sortedInScratch.toggle()
+                }
+            }
+        }
+        if sortedInScratch { swap(&pairs, &scratch) }
+        var start = 0
+        while start < count {
+            var end = start + 1
+            while end < count && pairs[end].hash == pairs[start].hash { end += 1 }
+            if (start + 1..<end).contains(where: { pairs[$0 - 1].seq > pairs[$0].seq }) {
+                pairs[start..<end].sort { $0.seq < $1.seq }
+            }
+            start = end
+        }
     }
 
     /// Merges the sealed runs of each tier that has `fanOut` of them into one run of the next.

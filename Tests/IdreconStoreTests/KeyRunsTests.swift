@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GRDBSQLite
+@testable import IdreconLog
 @testable import IdreconStore
 import Testing
 
@@ -239,4 +240,28 @@ import Testing
         #expect(withSeven <= withOne + 7 && withSeven < filterPages / 2,
                 "\(withOne) pages with one sealed run, \(withSeven) with seven, \(filterPages) of filters")
     }
+
+    /// A sealed run's pairs are sorted as the standard library's sort orders them: by hash (signed),
+    /// then seq, whatever the hashes (negative, extreme, sharing digits or whole values) and
+    /// however the seqs of equal hashes come (an open run's dictionary gives them in any order).
+    @Test(arguments: [0, 1, 7, 1023, 1024, 5000, 70000])
+    func pairsAreSortedByHashThenSeq(count: Int) {
+        var rng = SeededGenerator(seed: UInt64(count) + 1)
+        let shapes: [(inout SeededGenerator) -> Int64] = [
+            { Int64(bitPattern: $0.next()) },
+            { Int64(bitPattern: $0.next() % 50) - 25 }, // many equal hashes
+            { [Int64.min, Int64.max, 0, -1][Int($0.next() % 4)] },
+            { Int64(bitPattern: $0.next() & 0xFFFF_0000_0000_0000) }, // digits only in the high bits
+            { _ in 42 },
+        ]
+        for hash in shapes {
+            var seqs = Array(Int64(1)...Int64(max(count, 1)))
+            seqs.shuffle(using: &rng)
+            var pairs = (0..<count).map { (hash: hash(&rng), seq: seqs[$0]) }
+            let expected = pairs.sorted { ($0.hash, $0.seq) < ($1.hash, $1.seq) }
+            KeyRuns.sortByHashAndSeq(&pairs)
+            #expect(pairs.map(\.hash) == expected.map(\.hash) && pairs.map(\.seq) == expected.map(\.seq))
+        }
+    }
 }
+
