@@ -292,13 +292,12 @@ public final class EventStore: Sendable {
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
             var runs = try LogKeyRuns(db, cache: &cache, shape: keyShape)
-            while var batch = next() {
+            while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &runs))
-                // Freed on another thread: a batch's records' buffers, written by the validating threads,
-                // cost the writer (the pipeline's bottleneck) 2 % of the ingest's CPU to free.
-                var appended: [IncomingRecord] = []
-                swap(&appended, &batch.records)
-                Self.releaser.async { [appended] in withExtendedLifetime(appended) {} }
+                // Freed on another thread (the block holds the last reference once this one ends): a batch's
+                // records' buffers, written by the validating threads, cost the writer (the pipeline's
+                // bottleneck) 2 % of the ingest's CPU to free.
+                Self.releaser.async { [records = batch.records] in withExtendedLifetime(records) {} }
             }
             // The fold's refolds find the events of this transaction too, from the open runs.
             let keys = LogKeys(consume runs)
