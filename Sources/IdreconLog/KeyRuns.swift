@@ -38,18 +38,14 @@ package struct KeyRuns {
         package var firstCapacity: Int
         /// Sealed runs of one tier merged into one run of the next.
         package var fanOut: Int
-        /// Whether the first tier's merges are read and merged on a thread of their own (`MergeJob`)
-        /// when the writer can read beside itself, and only written by the writer; otherwise the writer
-        /// merges in its transaction.
-        package var mergesInBackground: Bool
 
         /// 2^18 keys (about 8 MB of memory to a table's open run, 4.5 MB of rows when sealed)
         /// and 8 runs to a merge: each key is written about once per tier.
-        package static let standard = Shape(firstCapacity: 1 << 18, fanOut: 8, mergesInBackground: true)
+        package static let standard = Shape(firstCapacity: 1 << 18, fanOut: 8)
 
-        package init(firstCapacity: Int, fanOut: Int, mergesInBackground: Bool = false) {
+        package init(firstCapacity: Int, fanOut: Int) {
             precondition(firstCapacity > 0 && fanOut > 1)
-            (self.firstCapacity, self.fanOut, self.mergesInBackground) = (firstCapacity, fanOut, mergesInBackground)
+            (self.firstCapacity, self.fanOut) = (firstCapacity, fanOut)
         }
     }
 
@@ -82,8 +78,6 @@ package struct KeyRuns {
     package struct Cache: Sendable {
         fileprivate var sealed: [Int64: Sealed] = [:]
         fileprivate var open: Open?
-        /// The first tier's merge in the background, while it runs or waits to be written.
-        fileprivate var merging: MergeJob?
         package init() {}
     }
 
@@ -179,11 +173,6 @@ package struct KeyRuns {
     private var filtered: Bool { open.layout == .byHash }
     private var sealed: [Sealed] = []
     private var open: Open
-    /// The runs sealed when this transaction began: the ones a background merge may read.
-    private var committed: Set<Int64> = []
-    private var merging: MergeJob?
-    /// Where a background merge reads the committed runs (nil: the writer merges in its transaction).
-    private let reader: MergeJob.Reader?
     /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
     private let chunkKeys: Int
     private let readChunk: BulkStatement
@@ -191,14 +180,9 @@ package struct KeyRuns {
     /// The runs of `table` as this transaction sees them, with `cache`'s filters and open keys
     /// where they are current. The open keys move out of `cache` (one owner: no copy of them)
     /// and back in with `finish`.
-    package init(
-        _ db: Database, table: String, source: Source, cache: inout Cache, shape: Shape = .standard,
-        reader: MergeJob.Reader? = nil
-    ) throws {
+    package init(_ db: Database, table: String, source: Source, cache: inout Cache, shape: Shape = .standard) throws {
         self.table = table
         self.shape = shape
-        self.reader = shape.mergesInBackground ? reader : nil
-        merging = cache.merging.take()
         let filtered = source.layout == .byHash
         var cachedOpen: Open?
         swap(&cachedOpen, &cache.open)
@@ -240,7 +224,6 @@ package struct KeyRuns {
             throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "key_runs: \(table) has no open run")
         }
         self.open = open
-        committed = Set(sealed.map(\.id))
         let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
         chunkKeys = Self.chunkKeys(pageSize: pageSize)
         readChunk = try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id = ?")
@@ -377,7 +360,6 @@ package struct KeyRuns {
         if open.count >= shape.firstCapacity {
             try seal(db)
         }
-        try writeMerged(db, waiting: false)
         try mergeFullTiers(db)
         try store(db, into: &cache)
     }
@@ -446,82 +428,31 @@ package struct KeyRuns {
         }
     }
 
-    /// Merges the sealed runs of each tier that has `fanOut` of them into one run of the next. The
-    /// first tier's, with a `reader`, in the background: `fanOut` of its runs sealed before this
-    /// transaction are handed to a `MergeJob`, and the tier waits for it until it holds twice `fanOut`.
+    /// Merges the sealed runs of each tier that has `fanOut` of them into one run of the next.
     private mutating func mergeFullTiers(_ db: Database) throws {
         var tier = 0
         while tier <= (sealed.map(\.tier).max() ?? 0) {
-            let runs = sealed.filter { $0.tier == tier }
-            guard runs.count >= shape.fanOut else {
+            let merged = sealed.filter { $0.tier == tier }
+            guard merged.count >= shape.fanOut else {
                 tier += 1
                 continue
             }
-            if tier == 0, let reader {
-                if merging == nil {
-                    let ready = runs.filter { committed.contains($0.id) }.prefix(shape.fanOut)
-                    if ready.count == shape.fanOut {
-                        merging = MergeJob(table: table, runs: Array(ready), filtered: filtered, reader: reader)
-                    }
-                }
-                if runs.count < 2 * shape.fanOut { // else the writer waits: the runs a lookup checks stay bounded
-                    tier += 1
-                    continue
-                }
-                if merging != nil, try writeMerged(db, waiting: true) { continue }
+            let run = try merge(db, merged, tier: tier + 1)
+            for old in merged {
+                try db.execute(sql: "DELETE FROM \(table) WHERE id BETWEEN ? AND ?",
+                               arguments: [Self.chunkID(old.id, 0), Self.chunkID(old.id, Int(UInt32.max))])
             }
-            let run = try merge(db, runs, tier: tier + 1)
-            try replace(db, runs, with: run)
+            let ids = merged.map { String($0.id) }.joined(separator: ", ")
+            try db.execute(sql: "DELETE FROM key_runs WHERE name = ? AND run IN (\(ids))", arguments: [table])
+            sealed.removeAll { $0.tier == tier }
+            sealed.append(run)
         }
-    }
-
-    /// Writes the background merge's run in place of its runs when it is done (`waiting`: once it is),
-    /// unless it failed or its runs are no longer all here (a transaction of another writer, or one
-    /// rolled back). Returns whether it wrote it.
-    @discardableResult
-    private mutating func writeMerged(_ db: Database, waiting: Bool) throws -> Bool {
-        guard let job = merging, let merged = waiting ? job.wait() : job.result else { return false }
-        merging = nil
-        let runs = job.runs.compactMap { run in sealed.first { $0.id == run.id && $0.generation == run.generation } }
-        guard case let .success((pairs, filter)) = merged, runs.count == job.runs.count,
-              runs.allSatisfy({ $0.tier == 0 }) else { return false }
-        var writer = try ChunkWriter(
-            db, table, run: nextID, keys: pairs.count / 2, chunkKeys: chunkKeys, filtered: false)
-        for i in stride(from: 0, to: pairs.count, by: 2) { try writer.add(pairs[i], pairs[i + 1]) }
-        var run = try writer.finish(tier: 1, generation: Self.newGeneration())
-        run.filter = filter
-        try replace(db, runs, with: run)
-        return true
-    }
-
-    /// Deletes `runs` (their chunks and rows) and adds `run`, their merge.
-    private mutating func replace(_ db: Database, _ runs: [Sealed], with run: Sealed) throws {
-        for old in runs {
-            try db.execute(sql: "DELETE FROM \(table) WHERE id BETWEEN ? AND ?",
-                           arguments: [Self.chunkID(old.id, 0), Self.chunkID(old.id, Int(UInt32.max))])
-        }
-        let ids = runs.map { String($0.id) }.joined(separator: ", ")
-        try db.execute(sql: "DELETE FROM key_runs WHERE name = ? AND run IN (\(ids))", arguments: [table])
-        let gone = Set(runs.map(\.id))
-        sealed.removeAll { gone.contains($0.id) }
-        sealed.append(run)
     }
 
     /// Merges `runs` into one new run of `tier` at the table's end: the runs' chunks read one
     /// at a time each (no statement reads the table while another writes it), their pairs
     /// merged in key order, written a chunk at a time. Memory holds a chunk of each run.
     private func merge(_ db: Database, _ runs: [Sealed], tier: Int) throws -> Sealed {
-        let keys = Int(runs.reduce(0) { $0 + $1.keys })
-        var writer = try ChunkWriter(db, table, run: nextID, keys: keys, chunkKeys: chunkKeys, filtered: filtered)
-        try Self.merge(runs.map { ($0.id, $0.fences.count) }, reading: readChunk) { try writer.add($0, $1) }
-        return try writer.finish(tier: tier, generation: Self.newGeneration())
-    }
-
-    /// Merges the pairs of `runs` (each of `chunks` chunks, read by `readChunk`) in key order into `add`.
-    /// Memory holds a chunk of each run.
-    fileprivate static func merge(
-        _ runs: [(id: Int64, chunks: Int)], reading readChunk: BulkStatement, into add: (Int64, Int64) throws -> Void
-    ) throws {
         struct Cursor {
             let run: Int64
             let chunks: Int
@@ -535,7 +466,7 @@ package struct KeyRuns {
             while cursor.pairs.isEmpty {
                 cursor.chunk += 1
                 guard cursor.chunk < cursor.chunks else { return false }
-                try readChunk.first({ $0.add(chunkID(cursor.run, cursor.chunk)) }) { row in
+                try readChunk.first({ $0.add(Self.chunkID(cursor.run, cursor.chunk)) }) { row in
                     let bytes = row.blob(0)
                     for offset in stride(from: 0, to: bytes.count - 7, by: 8) {
                         cursor.pairs.append(bytes.int64(at: offset / 8))
@@ -548,16 +479,18 @@ package struct KeyRuns {
         // Each cursor's next pair, apart, so that choosing the least copies no cursor.
         var heads: [(hash: Int64, seq: Int64)] = []
         for run in runs {
-            var cursor = Cursor(run: run.id, chunks: run.chunks)
+            var cursor = Cursor(run: run.id, chunks: run.fences.count)
             if try load(&cursor) {
                 cursors.append(cursor)
                 heads.append((cursor.pairs[0], cursor.pairs[1]))
             }
         }
+        var writer = try ChunkWriter(
+            db, table, run: nextID, keys: Int(runs.reduce(0) { $0 + $1.keys }), chunkKeys: chunkKeys, filtered: filtered)
         while !heads.isEmpty {
             var least = 0
             for i in heads.indices.dropFirst() where heads[i] < heads[least] { least = i }
-            try add(heads[least].hash, heads[least].seq)
+            try writer.add(heads[least].hash, heads[least].seq)
             cursors[least].next += 2
             if cursors[least].next == cursors[least].pairs.count, try !load(&cursors[least]) {
                 cursors.remove(at: least)
@@ -566,10 +499,10 @@ package struct KeyRuns {
                 heads[least] = (cursors[least].pairs[cursors[least].next], cursors[least].pairs[cursors[least].next + 1])
             }
         }
+        return try writer.finish(tier: tier, generation: Self.newGeneration())
     }
 
     private mutating func store(_ db: Database, into cache: inout Cache) throws {
-        cache.merging = merging.take()
         cache.sealed = [:]
         for index in sealed.indices {
             if sealed[index].changed {
@@ -594,65 +527,6 @@ package struct KeyRuns {
     }
 
     private static func newGeneration() -> Int64 { Int64.random(in: 1...Int64.max) }
-
-    /// A merge of `fanOut` runs of the first tier, read from the committed runs through a connection of
-    /// its own and merged on a thread of its own, beside the writer: a merge of 2.4M keys took the writer
-    /// 0.09–0.21 s, all in the transaction that filled the tier. The writer writes the merged pairs as a
-    /// run (`writeMerged`) in a later transaction. Nothing is stored until then: a process that ends first
-    /// leaves the runs as they were, and the next writer merges them again.
-    package final class MergeJob: @unchecked Sendable {
-        /// Runs `body` in a read transaction of a connection that is not the writer's.
-        package typealias Reader = @Sendable (_ body: (Database) throws -> Void) throws -> Void
-
-        fileprivate struct Run: Sendable { let id: Int64, generation: Int64, chunks: Int }
-        fileprivate let runs: [Run]
-        /// The merged pairs (hash, seq, …) and their filter, or why they could not be read.
-        fileprivate typealias Merged = Result<(pairs: [Int64], filter: BloomFilter?), any Error>
-        private var merged: Merged?
-        private let done = DispatchGroup()
-        private let lock = NSLock()
-
-        /// One at a time: a merge holds its pairs (16 bytes a key) until the writer writes them.
-        private static let queue = DispatchQueue(label: "idrecon.key-runs.merge", qos: .utility)
-
-        fileprivate init(table: String, runs: [Sealed], filtered: Bool, reader: @escaping Reader) {
-            self.runs = runs.map { Run(id: $0.id, generation: $0.generation, chunks: $0.fences.count) }
-            let keys = Int(runs.reduce(0) { $0 + $1.keys })
-            let inputs = self.runs.map { (id: $0.id, chunks: $0.chunks) }
-            done.enter()
-            Self.queue.async { [self] in
-                var pairs: [Int64] = []
-                var filter = filtered ? BloomFilter(keys: keys) : nil
-                let outcome = Merged {
-                    pairs.reserveCapacity(keys * 2)
-                    try reader { db in
-                        let read = try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id = ?")
-                        try KeyRuns.merge(inputs, reading: read) { hash, seq in
-                            pairs.append(hash)
-                            pairs.append(seq)
-                            filter?.insert(hash)
-                        }
-                    }
-                    guard pairs.count == keys * 2 else {
-                        throw DatabaseError(
-                            resultCode: .SQLITE_CORRUPT, message: "key_runs: \(table)'s runs changed under a merge")
-                    }
-                    return (pairs, filter)
-                }
-                lock.withLock { merged = outcome }
-                done.leave()
-            }
-        }
-
-        /// The merged pairs once they are read; nil while the merge runs.
-        fileprivate var result: Merged? { lock.withLock { merged } }
-
-        /// The merged pairs, once the merge is done.
-        fileprivate func wait() -> Merged? {
-            done.wait()
-            return result
-        }
-    }
 }
 
 /// Writes one sealed run's pairs, given in key order, as chunks at the table's end, with its

@@ -44,17 +44,11 @@ package struct LogKeyRuns {
     fileprivate var devices: KeyRuns
     fileprivate var logins: KeyRuns
 
-    /// `reader`: where the first tier's merges read beside the writer (`KeyRuns.MergeJob`); nil: in the transaction.
-    package init(
-        _ db: Database, cache: inout Cache, shape: KeyRuns.Shape = .standard, reader: KeyRuns.MergeJob.Reader? = nil
-    ) throws {
-        func runs(_ table: String, _ source: KeyRuns.Source, _ cache: inout KeyRuns.Cache) throws -> KeyRuns {
-            try KeyRuns(db, table: table, source: source, cache: &cache, shape: shape, reader: reader)
-        }
-        eventIDs = try runs("event_id_runs", Self.eventIDSource, &cache.eventIDs)
-        nonces = try runs("nonce_runs", Self.nonceSource, &cache.nonces)
-        devices = try runs("device_key_runs", Self.deviceSource, &cache.devices)
-        logins = try runs("login_key_runs", Self.loginSource, &cache.logins)
+    package init(_ db: Database, cache: inout Cache, shape: KeyRuns.Shape = .standard) throws {
+        eventIDs = try KeyRuns(db, table: "event_id_runs", source: Self.eventIDSource, cache: &cache.eventIDs, shape: shape)
+        nonces = try KeyRuns(db, table: "nonce_runs", source: Self.nonceSource, cache: &cache.nonces, shape: shape)
+        devices = try KeyRuns(db, table: "device_key_runs", source: Self.deviceSource, cache: &cache.devices, shape: shape)
+        logins = try KeyRuns(db, table: "login_key_runs", source: Self.loginSource, cache: &cache.logins, shape: shape)
     }
 
     /// Adds the lookup keys of an event the append inserted under `seq`.

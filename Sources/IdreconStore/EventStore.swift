@@ -291,7 +291,7 @@ public final class EventStore: Sendable {
         try logKeys.withLock { (cache) throws(IdreconError) in try write { db in
             var total = BatchOutcome()
             let forgotten = try ForgottenASIDs(db)
-            var runs = try LogKeyRuns(db, cache: &cache, shape: keyShape, reader: mergeReader)
+            var runs = try LogKeyRuns(db, cache: &cache, shape: keyShape)
             while let batch = next() {
                 total.add(try EventLog.append(db, batch.records, positions: batch.positions, forgotten: forgotten, keys: &runs))
                 // Freed on another thread (the block holds the last reference once this one ends): a batch's
@@ -308,12 +308,6 @@ public final class EventStore: Sendable {
             try after.finish(db, into: &cache)
             return (total, projected)
         } }
-    }
-
-    /// A read transaction beside the writer, for the key runs' background merges (`KeyRuns.MergeJob`).
-    private var mergeReader: KeyRuns.MergeJob.Reader? {
-        guard let pool = connections else { return nil }
-        return { @Sendable body in try pool.read { db in try body(db) } }
     }
 
     /// Where appended batches are freed (`appendBatches`).
@@ -354,9 +348,7 @@ public final class EventStore: Sendable {
             let held = Held(LogKeyRuns.Cache())
             swap(&held.cache, &cache)
             defer { swap(&held.cache, &cache) }
-            let keys = LogKeys(making: { [keyShape, mergeReader] in
-                try LogKeyRuns(db, cache: &held.cache, shape: keyShape, reader: mergeReader)
-            })
+            let keys = LogKeys(making: { [keyShape] in try LogKeyRuns(db, cache: &held.cache, shape: keyShape) })
             let result = try body(db, keys)
             if var runs = keys.take() { try runs.finish(db, into: &held.cache) }
             return result
