@@ -56,8 +56,12 @@ struct BloomFilter: Sendable, Equatable {
         return h
     }
 
-    private func probe(mixed h: UInt64) -> (block: Int, positions: UInt64) {
-        let blocks = UInt64(words.count / 8)
+    private func probe(mixed h: UInt64) -> (block: Int, positions: UInt64) { Self.probe(mixed: h, words: words.count) }
+
+    /// The first word of a `mix`ed hash's block in a filter of `words` words, and its positions in it
+    /// (9 bits each from the low end): the layout of every filter of keys (`CoveringFilter` too).
+    static func probe(mixed h: UInt64, words: Int) -> (block: Int, positions: UInt64) {
+        let blocks = UInt64(words / 8)
         let block = Int(truncatingIfNeeded: ((h >> 32) &* blocks) >> 32) // (h's high half) × blocks / 2^32
         return (block * 8, h &* 0x9E37_79B9_7F4A_7C15)
     }

@@ -118,10 +118,28 @@ package enum EventLog {
             lastSource = (name, id)
             return id
         }
+        // The unique keys' hashes first, so that each record's block of the covering filters
+        // (`KeyRuns.prefetch`) is asked for `lookahead` records before its lookup waits for it.
+        var keyHashes: [(eventID: Int64, nonce: Int64?)] = []
+        keyHashes.reserveCapacity(records.count)
+        for index in records.indices {
+            if case let .success(image) = records[index].verdict {
+                keyHashes.append((image.eventIDHash, image.nonceHash))
+            } else {
+                keyHashes.append((0, nil))
+            }
+        }
+        let lookahead = 8
         // Records are read in place: a copy of one retained each of its texts, and the writer is
         // the pipeline's bottleneck.
         for index in records.indices {
+            if index + lookahead < keyHashes.count {
+                let ahead = keyHashes[index + lookahead]
+                unique.eventIDs.prefetch(hash: ahead.eventID)
+                if let nonce = ahead.nonce { unique.nonces.prefetch(hash: nonce) }
+            }
             var image: LoggedEvent.Image
+            var hashes = keyHashes[index]
             switch records[index].verdict {
             case let .failure(rejection):
                 let record = records[index]
@@ -134,6 +152,7 @@ package enum EventLog {
                 switch EventValidator.validate(Array(clean.utf8)) {
                 case let .success(scrubbed):
                     image = LoggedEvent.Image(scrubbed)
+                    hashes = (image.eventIDHash, image.nonceHash)
                 case let .failure(rejection):
                     try quarantine(records[index], rejection, eventID: image.eventID, raw: Array(clean.utf8))
                     continue
@@ -141,9 +160,9 @@ package enum EventLog {
             }
             let source = try sourceID(records[index].origin.source)
             // The event logged under this one's `event_id`, else the one that holds its nonce.
-            let eventIDHash = image.eventIDHash
+            let eventIDHash = hashes.eventID
             let logged = try unique.eventIDs.holder(of: eventIDHash, reading: findEventID, image.sameEventID)
-            let nonceHash = image.nonceHash
+            let nonceHash = hashes.nonce
             var nonceHolder: Int64?
             if logged == nil, let nonceHash {
                 nonceHolder = try unique.nonces.holder(of: nonceHash, reading: findNonce, image.sameNonce)

@@ -78,6 +78,7 @@ package struct KeyRuns {
     package struct Cache: Sendable {
         fileprivate var sealed: [Int64: Sealed] = [:]
         fileprivate var open: Open?
+        fileprivate var covering: CoveringFilter?
         package init() {}
     }
 
@@ -172,6 +173,10 @@ package struct KeyRuns {
     /// Whether sealed runs have filters: those of keys the append searches (`OpenLayout.byHash`).
     private var filtered: Bool { open.layout == .byHash }
     private var sealed: [Sealed] = []
+    /// The filter of the keys of many sealed runs (a table with filters only), and the indexes in
+    /// `sealed` of the runs it does not cover.
+    private var covering: CoveringFilter?
+    private var uncovered: [Int] = []
     private var open: Open
     /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
     private let chunkKeys: Int
@@ -227,6 +232,59 @@ package struct KeyRuns {
         let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
         chunkKeys = Self.chunkKeys(pageSize: pageSize)
         readChunk = try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id = ?")
+        if filtered {
+            // Out of the cache while this transaction adds to it: a rollback then drops it.
+            covering = cache.covering.take() ?? CoveringFilter(keys: max(shape.firstCapacity * 4, 2 * sealedKeys))
+            refreshCoverage()
+        }
+    }
+
+    /// The keys of the sealed runs.
+    private var sealedKeys: Int { sealed.reduce(0) { $0 + Int(clamping: $1.keys) } }
+
+    private mutating func refreshCoverage() {
+        guard let covering else { return uncovered = sealed.indices.map { $0 } }
+        uncovered = sealed.indices.filter { !covering.covers(sealed[$0].id, sealed[$0].generation) }
+    }
+
+    /// Inserts the keys of one run the covering filter does not cover, read from its chunks: a writer
+    /// that starts covers the log's runs one a transaction. A full filter is made again, twice the size.
+    private mutating func coverOne(_ db: Database) throws {
+        guard let covering, let index = uncovered.first else { return }
+        guard covering.keys + Int(clamping: sealed[index].keys) <= covering.capacity else { return try grow(db) }
+        try cover(db, index, in: covering)
+        refreshCoverage()
+    }
+
+    /// A covering filter of twice the sealed keys, covering every sealed run at once: made again when
+    /// full, so that no run is left to its own filter for the transactions that covering one a
+    /// transaction would take (a 10M `ingest` whose filter was remade empty ran its last millions at
+    /// two thirds of its first).
+    private mutating func grow(_ db: Database) throws {
+        covering = CoveringFilter(keys: 2 * sealedKeys)
+        if let covering { for index in sealed.indices { try cover(db, index, in: covering) } }
+        refreshCoverage()
+    }
+
+    /// Inserts the keys of sealed run `index`, read from its chunks, into `covering`.
+    private func cover(_ db: Database, _ index: Int, in covering: CoveringFilter) throws {
+        let run = sealed[index]
+        var hashes: [Int64] = []
+        hashes.reserveCapacity(Int(clamping: run.keys))
+        try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id BETWEEN ? AND ? ORDER BY id")
+            .each({ $0.add(Self.chunkID(run.id, 0)); $0.add(Self.chunkID(run.id, Int(UInt32.max))) }) { row in
+                let pairs = row.blob(0)
+                for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
+                    hashes.append(pairs.int64(at: offset / 8))
+                }
+            }
+        covering.cover(run.id, run.generation, keys: hashes)
+    }
+
+    /// Asks the memory for the block of the covering filter that a lookup of `hash` reads first: the
+    /// append asks for a record's keys some records before it looks them up.
+    package func prefetch(hash: Int64) {
+        covering?.prefetch(mixed: BloomFilter.mix(hash))
     }
 
     /// Pairs to a chunk for pages of `pageSize` bytes: one chunk to a leaf page, with room for
@@ -308,6 +366,13 @@ package struct KeyRuns {
         guard try open.each(hash, body) else { return }
         // By index: a `Sealed` copied out of the array would retain and release its filter.
         let mixed = BloomFilter.mix(hash)
+        if let covering, !covering.mayContain(mixed: mixed) { // in no covered run: the others only
+            for index in uncovered { sealed[index].filter?.prefetch(mixed: mixed) }
+            for index in uncovered where sealed[index].filter?.mayContain(mixed: mixed) ?? true {
+                if try !search(index, hash, body) { return }
+            }
+            return
+        }
         for index in sealed.indices { sealed[index].filter?.prefetch(mixed: mixed) }
         for index in sealed.indices where sealed[index].filter?.mayContain(mixed: mixed) ?? true {
             if try !search(index, hash, body) { return }
@@ -361,6 +426,7 @@ package struct KeyRuns {
             try seal(db)
         }
         try mergeFullTiers(db)
+        try coverOne(db)
         try store(db, into: &cache)
     }
 
@@ -374,8 +440,17 @@ package struct KeyRuns {
         Self.sortByHashAndSeq(&keys)
         var writer = try ChunkWriter(db, table, run: nextID, keys: keys.count, chunkKeys: chunkKeys, filtered: filtered)
         for key in keys { try writer.add(key.hash, key.seq) }
-        sealed.append(try writer.finish(tier: 0, generation: Self.newGeneration()))
+        let run = try writer.finish(tier: 0, generation: Self.newGeneration())
+        sealed.append(run)
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, layout: open.layout, changed: true)
+        if let covering {
+            if covering.keys + keys.count > covering.capacity {
+                try grow(db) // the new run's keys with the others'
+            } else {
+                covering.cover(run.id, run.generation, keys: keys.lazy.map(\.hash))
+                refreshCoverage()
+            }
+        }
         open.reserve(shape.firstCapacity)
     }
 
@@ -438,6 +513,10 @@ package struct KeyRuns {
                 continue
             }
             let run = try merge(db, merged, tier: tier + 1)
+            // The keys of covered runs are in the covering filter: so are their merge's.
+            if let covering, merged.allSatisfy({ covering.covers($0.id, $0.generation) }) {
+                covering.coverMerged(run.id, run.generation)
+            }
             for old in merged {
                 try db.execute(sql: "DELETE FROM \(table) WHERE id BETWEEN ? AND ?",
                                arguments: [Self.chunkID(old.id, 0), Self.chunkID(old.id, Int(UInt32.max))])
@@ -446,6 +525,7 @@ package struct KeyRuns {
             try db.execute(sql: "DELETE FROM key_runs WHERE name = ? AND run IN (\(ids))", arguments: [table])
             sealed.removeAll { $0.tier == tier }
             sealed.append(run)
+            refreshCoverage()
         }
     }
 
@@ -517,6 +597,8 @@ package struct KeyRuns {
             }
             cache.sealed[sealed[index].id] = sealed[index]
         }
+        covering?.keepOnly(Set(sealed.map { CoveringFilter.Run(id: $0.id, generation: $0.generation) }))
+        cache.covering = covering.take()
         if open.changed {
             open.generation = Self.newGeneration()
             try db.execute(sql: "UPDATE key_runs SET keys = ?, generation = ?, first_seq = ? WHERE name = ? AND run = ?",
