@@ -263,5 +263,31 @@ import Testing
             #expect(pairs.map(\.hash) == expected.map(\.hash) && pairs.map(\.seq) == expected.map(\.seq))
         }
     }
-}
 
+    /// The covering filter holds every key of the runs it covers (no false "absent"), says "absent" for
+    /// most others (about 1 % false "maybe" at its capacity), and covers exactly the runs named, a
+    /// merge's and the forgotten ones included.
+    @Test func coveringFilterHoldsEveryKeyOfItsRuns() throws {
+        let filter = try #require(CoveringFilter(keys: 50_000))
+        #expect(filter.capacity >= 50_000)
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next() -> Int64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return Int64(bitPattern: z ^ (z >> 31))
+        }
+        let held = (0..<filter.capacity).map { _ in next() }
+        filter.cover(1, 11, keys: held.prefix(held.count / 2))
+        filter.cover(2, 22, keys: held.dropFirst(held.count / 2))
+        #expect(filter.keys == held.count)
+        #expect(held.allSatisfy { filter.mayContain(mixed: BloomFilter.mix($0)) })
+        let maybes = (0..<100_000).filter { _ in filter.mayContain(mixed: BloomFilter.mix(next())) }.count
+        #expect(maybes < 3_000)
+        #expect(filter.covers(1, 11) && filter.covers(2, 22) && !filter.covers(1, 12) && !filter.covers(3, 11))
+        filter.coverMerged(3, 33)
+        filter.keepOnly([CoveringFilter.Run(id: 3, generation: 33)])
+        #expect(filter.covers(3, 33) && !filter.covers(1, 11) && !filter.covers(2, 22))
+    }
+}
