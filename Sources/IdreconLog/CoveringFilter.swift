@@ -34,7 +34,7 @@ final class CoveringFilter: @unchecked Sendable {
     /// An empty filter for `keys` keys (a power of two of at least `BloomFilter.bitsPerKey` bits each);
     /// nil when the memory cannot be mapped (the runs are then checked by their own filters).
     init?(keys: Int) {
-        var bits = 1 << 21
+        var bits = 512 // one block: the small runs of tests fill it and make it again (`KeyRuns.grow`)
         let (product, _) = keys.multipliedReportingOverflow(by: BloomFilter.bitsPerKey)
         let wanted = min(BloomFilter.maximumBits, product)
         while bits < wanted { bits *= 2 }
