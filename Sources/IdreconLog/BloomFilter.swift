@@ -67,12 +67,29 @@ struct BloomFilter: Sendable, Equatable {
     }
 
     mutating func insert(_ hash: Int64) {
-        var (base, positions) = probe(hash)
+        let probe = probe(hash)
+        words.withUnsafeMutableBufferPointer { Self.set(probe, in: $0.baseAddress!) }
+    }
+
+    /// Sets a probe's bits in the words at `words`.
+    static func set(_ probe: (block: Int, positions: UInt64), in words: UnsafeMutablePointer<UInt64>) {
+        var positions = probe.positions
         for _ in 0..<Self.probes {
             let bit = Int(truncatingIfNeeded: positions & 511)
-            words[base + (bit >> 6)] |= 1 << UInt64(bit & 63)
+            words[probe.block + (bit >> 6)] |= 1 << UInt64(bit & 63)
             positions >>= 9
         }
+    }
+
+    /// Whether all of a probe's bits are set in the words at `words`.
+    static func test(_ probe: (block: Int, positions: UInt64), in words: UnsafePointer<UInt64>) -> Bool {
+        var positions = probe.positions
+        for _ in 0..<Self.probes {
+            let bit = Int(truncatingIfNeeded: positions & 511)
+            if words[probe.block + (bit >> 6)] & (1 << UInt64(bit & 63)) == 0 { return false }
+            positions >>= 9
+        }
+        return true
     }
 
     func mayContain(_ hash: Int64) -> Bool { mayContain(mixed: Self.mix(hash)) }
@@ -86,12 +103,7 @@ struct BloomFilter: Sendable, Equatable {
     }
 
     func mayContain(mixed: UInt64) -> Bool {
-        var (base, positions) = probe(mixed: mixed)
-        for _ in 0..<Self.probes {
-            let bit = Int(truncatingIfNeeded: positions & 511)
-            if words[base + (bit >> 6)] & (1 << UInt64(bit & 63)) == 0 { return false }
-            positions >>= 9
-        }
-        return true
+        let probe = probe(mixed: mixed)
+        return words.withUnsafeBufferPointer { Self.test(probe, in: $0.baseAddress!) }
     }
 }

@@ -52,16 +52,14 @@ final class CoveringFilter: @unchecked Sendable {
 
     /// Inserts `hashes`, the keys of the run `id`, `generation`, which it then covers.
     func cover<Hashes: Sequence<Int64>>(_ id: Int64, _ generation: Int64, keys hashes: Hashes) {
-        for hash in hashes {
-            var (base, positions) = BloomFilter.probe(mixed: BloomFilter.mix(hash), words: wordCount)
-            for _ in 0..<BloomFilter.probes {
-                let bit = Int(truncatingIfNeeded: positions & 511)
-                words[base + (bit >> 6)] |= 1 << UInt64(bit & 63)
-                positions >>= 9
-            }
-            keys += 1
-        }
+        for hash in hashes { insert(hash) }
         covered.insert(Run(id: id, generation: generation))
+    }
+
+    /// Inserts one key; `cover` then names the run whose keys are all in.
+    func insert(_ hash: Int64) {
+        BloomFilter.set(BloomFilter.probe(mixed: BloomFilter.mix(hash), words: wordCount), in: words)
+        keys += 1
     }
 
     /// Marks the run `id`, `generation` covered without inserting: a merge of covered runs.
@@ -75,12 +73,6 @@ final class CoveringFilter: @unchecked Sendable {
     }
 
     func mayContain(mixed: UInt64) -> Bool {
-        var (base, positions) = BloomFilter.probe(mixed: mixed, words: wordCount)
-        for _ in 0..<BloomFilter.probes {
-            let bit = Int(truncatingIfNeeded: positions & 511)
-            if words[base + (bit >> 6)] & (1 << UInt64(bit & 63)) == 0 { return false }
-            positions >>= 9
-        }
-        return true
+        BloomFilter.test(BloomFilter.probe(mixed: mixed, words: wordCount), in: words)
     }
 }

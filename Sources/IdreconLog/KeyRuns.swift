@@ -269,16 +269,8 @@ package struct KeyRuns {
     /// Inserts the keys of sealed run `index`, read from its chunks, into `covering`.
     private func cover(_ db: Database, _ index: Int, in covering: CoveringFilter) throws {
         let run = sealed[index]
-        var hashes: [Int64] = []
-        hashes.reserveCapacity(Int(clamping: run.keys))
-        try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id BETWEEN ? AND ? ORDER BY id")
-            .each({ $0.add(Self.chunkID(run.id, 0)); $0.add(Self.chunkID(run.id, Int(UInt32.max))) }) { row in
-                let pairs = row.blob(0)
-                for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
-                    hashes.append(pairs.int64(at: offset / 8))
-                }
-            }
-        covering.cover(run.id, run.generation, keys: hashes)
+        try Self.eachHash(db, table, run: run.id) { hash, _ in covering.insert(hash) }
+        covering.cover(run.id, run.generation, keys: [])
     }
 
     /// Asks the memory for the block of the covering filter that a lookup of `hash` reads first: the
@@ -309,16 +301,22 @@ package struct KeyRuns {
     ) throws -> (BloomFilter?, [Int64]) {
         var filter = filtered ? BloomFilter(keys: Int(clamping: keys)) : nil
         var fences: [Int64] = []
+        try eachHash(db, table, run: run) { hash, first in
+            if first { fences.append(hash) }
+            filter?.insert(hash)
+        }
+        return (filter, fences)
+    }
+
+    /// Calls `body` with each hash of sealed run `run`, in key order, and whether it is its chunk's first.
+    private static func eachHash(_ db: Database, _ table: String, run: Int64, _ body: (Int64, Bool) -> Void) throws {
         try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id BETWEEN ? AND ? ORDER BY id")
             .each({ $0.add(chunkID(run, 0)); $0.add(chunkID(run, Int(UInt32.max))) }) { row in
                 let pairs = row.blob(0)
                 for offset in stride(from: 0, to: pairs.count - 15, by: 16) {
-                    let hash = pairs.int64(at: offset / 8)
-                    if offset == 0 { fences.append(hash) }
-                    filter?.insert(hash)
+                    body(pairs.int64(at: offset / 8), offset == 0)
                 }
             }
-        return (filter, fences)
     }
 
     /// Fences as `key_runs.fences` holds them: 8 bytes, little-endian, per chunk.
