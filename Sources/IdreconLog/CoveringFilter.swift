@@ -13,7 +13,9 @@ import CPrefetch
 /// a transaction from their chunks (`KeyRuns.coverOne`), checking the others by their own filters
 /// meanwhile. Its words are an anonymous mapping advised `MADV_HUGEPAGE`, so that its megabytes take a
 /// few TLB entries, not one per 4 KiB page. It is made for twice the sealed keys, and made again so,
-/// from every run's chunks at once, when it is full (`KeyRuns.grow`).
+/// from every run's chunks at once, when it is full (`KeyRuns.grow`), up to a size that bounds its memory
+/// whatever the log's length (`KeyRuns.Shape.coveringBits`); runs that do not fit in it then are checked
+/// by their own filters, as before it.
 final class CoveringFilter: @unchecked Sendable {
     /// A run by its identity: a run's keys never change while its generation does not.
     struct Run: Hashable {
@@ -31,13 +33,18 @@ final class CoveringFilter: @unchecked Sendable {
     /// Keys it takes before its false "maybe"s rise past the per-run filters'.
     var capacity: Int { wordCount * 64 / BloomFilter.bitsPerKey }
 
-    /// An empty filter for `keys` keys (a power of two of at least `BloomFilter.bitsPerKey` bits each);
-    /// nil when the memory cannot be mapped (the runs are then checked by their own filters).
-    init?(keys: Int) {
+    /// Whether it is as large as it may be made (`KeyRuns.Shape.coveringBits`).
+    let isLargest: Bool
+
+    /// An empty filter for `keys` keys (a power of two of at least `BloomFilter.bitsPerKey` bits each),
+    /// of at most `maximumBits` (a power of two of 512 or more); nil when the memory cannot be mapped
+    /// (the runs are then checked by their own filters).
+    init?(keys: Int, maximumBits: Int) {
         var bits = 512 // one block: the small runs of tests fill it and make it again (`KeyRuns.grow`)
         let (product, _) = keys.multipliedReportingOverflow(by: BloomFilter.bitsPerKey)
-        let wanted = min(BloomFilter.maximumBits, product)
+        let wanted = min(maximumBits, BloomFilter.maximumBits, product)
         while bits < wanted { bits *= 2 }
+        isLargest = bits >= min(maximumBits, BloomFilter.maximumBits)
         let bytes = bits / 8
         guard let raw = mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
               raw != MAP_FAILED else { return nil }

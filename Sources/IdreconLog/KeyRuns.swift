@@ -38,14 +38,19 @@ package struct KeyRuns {
         package var firstCapacity: Int
         /// Sealed runs of one tier merged into one run of the next.
         package var fanOut: Int
+        /// The covering filter's largest size, in bits (a power of two): what bounds its memory
+        /// whatever the log's length. Past its keys, new runs are checked by their own filters.
+        package var coveringBits: Int
 
         /// 2^18 keys (about 8 MB of memory to a table's open run, 4.5 MB of rows when sealed)
-        /// and 8 runs to a merge: each key is written about once per tier.
+        /// and 8 runs to a merge: each key is written about once per tier. A covering filter of
+        /// at most 32 MiB (26.8M keys: a 10M log's, with room to spare) for each of the two tables.
         package static let standard = Shape(firstCapacity: 1 << 18, fanOut: 8)
 
-        package init(firstCapacity: Int, fanOut: Int) {
+        package init(firstCapacity: Int, fanOut: Int, coveringBits: Int = 1 << 28) {
             precondition(firstCapacity > 0 && fanOut > 1)
-            (self.firstCapacity, self.fanOut) = (firstCapacity, fanOut)
+            precondition(coveringBits >= 512 && coveringBits & (coveringBits - 1) == 0, "a power of two, 512 or more")
+            (self.firstCapacity, self.fanOut, self.coveringBits) = (firstCapacity, fanOut, coveringBits)
         }
     }
 
@@ -175,8 +180,8 @@ package struct KeyRuns {
     private var sealed: [Sealed] = []
     /// The filter of the keys of many sealed runs (a table with filters only), and the indexes in
     /// `sealed` of the runs it does not cover.
-    private var covering: CoveringFilter?
-    private var uncovered: [Int] = []
+    private(set) var covering: CoveringFilter?
+    private(set) var uncovered: [Int] = []
     private var open: Open
     /// Pairs to a chunk: a page's worth (1,016 at 16 KiB pages, 248 at 4 KiB).
     private let chunkKeys: Int
@@ -234,7 +239,8 @@ package struct KeyRuns {
         readChunk = try BulkStatement(cached: db, "SELECT keys FROM \(table) WHERE id = ?")
         if filtered {
             // Out of the cache while this transaction adds to it: a rollback then drops it.
-            covering = cache.covering.take() ?? CoveringFilter(keys: max(shape.firstCapacity * 4, 2 * sealedKeys))
+            covering = cache.covering.take()
+                ?? CoveringFilter(keys: max(shape.firstCapacity * 4, 2 * sealedKeys), maximumBits: shape.coveringBits)
             refreshCoverage()
         }
     }
@@ -248,21 +254,34 @@ package struct KeyRuns {
     }
 
     /// Inserts the keys of one run the covering filter does not cover, read from its chunks: a writer
-    /// that starts covers the log's runs one a transaction. A full filter is made again, twice the size.
+    /// that starts covers the log's runs one a transaction. A full filter is made again, twice the size;
+    /// one at its largest covers the runs that still fit, and leaves the others to their own filters.
     private mutating func coverOne(_ db: Database) throws {
-        guard let covering, let index = uncovered.first else { return }
-        guard covering.keys + Int(clamping: sealed[index].keys) <= covering.capacity else { return try grow(db) }
+        guard let covering, !uncovered.isEmpty else { return }
+        guard let index = uncovered.first(where: { fits(sealed[$0].keys, in: covering) }) else {
+            return covering.isLargest ? () : try grow(db)
+        }
         try cover(db, index, in: covering)
         refreshCoverage()
     }
 
-    /// A covering filter of twice the sealed keys, covering every sealed run at once: made again when
-    /// full, so that no run is left to its own filter for the transactions that covering one a
-    /// transaction would take (a 10M `ingest` whose filter was remade empty ran its last millions at
-    /// two thirds of its first).
+    private func fits(_ keys: Int64, in covering: CoveringFilter) -> Bool {
+        covering.keys + Int(clamping: keys) <= covering.capacity
+    }
+
+    /// A covering filter of twice the sealed keys, covering every sealed run at once (the largest
+    /// runs first, as many as fit): made again when full, so that no run is left to its own filter
+    /// for the transactions that covering one a transaction would take (a 10M `ingest` whose filter
+    /// was remade empty ran its last millions at two thirds of its first). Never made again at its
+    /// largest size, which would read every run's keys again for no room gained.
     private mutating func grow(_ db: Database) throws {
-        covering = CoveringFilter(keys: 2 * sealedKeys)
-        if let covering { for index in sealed.indices { try cover(db, index, in: covering) } }
+        covering = CoveringFilter(keys: 2 * sealedKeys, maximumBits: shape.coveringBits)
+        if let covering {
+            for index in sealed.indices.sorted(by: { sealed[$0].keys > sealed[$1].keys })
+            where fits(sealed[index].keys, in: covering) {
+                try cover(db, index, in: covering)
+            }
+        }
         refreshCoverage()
     }
 
@@ -442,8 +461,9 @@ package struct KeyRuns {
         sealed.append(run)
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, layout: open.layout, changed: true)
         if let covering {
-            if covering.keys + keys.count > covering.capacity {
-                try grow(db) // the new run's keys with the others'
+            if !fits(Int64(keys.count), in: covering) {
+                // The new run's keys with the others', in a larger filter; at its largest, its own filter.
+                if !covering.isLargest { try grow(db) } else { refreshCoverage() }
             } else {
                 covering.cover(run.id, run.generation, keys: keys.lazy.map(\.hash))
                 refreshCoverage()

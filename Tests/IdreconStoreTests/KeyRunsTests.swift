@@ -54,6 +54,24 @@ import Testing
 
     @Test(arguments: [1, 2, 3, 4])
     func everyKeyAddedIsFoundAgain(seed: UInt64) throws {
+        _ = try Self.addAndFindEveryKey(seed: seed, shape: Self.shape)
+    }
+
+    /// The same with a covering filter that may not grow past two blocks (102 keys): once full, new
+    /// runs are left to their own filters, and it is not made again.
+    @Test(arguments: [5, 6])
+    func everyKeyAddedIsFoundAgainPastTheLargestCoveringFilter(seed: UInt64) throws {
+        let shape = KeyRuns.Shape(
+            firstCapacity: Self.shape.firstCapacity, fanOut: Self.shape.fanOut, coveringBits: 1024)
+        let uncoveredAtLargest = try Self.addAndFindEveryKey(seed: seed, shape: shape)
+        #expect(uncoveredAtLargest > 0)
+    }
+
+    /// Random transactions of two writers in turn, some rolled back, each followed by a lookup of
+    /// every hash and a check of the runs' rows. Returns how many lookups found the covering filter
+    /// at its largest with runs it does not cover.
+    static func addAndFindEveryKey(seed: UInt64, shape: KeyRuns.Shape) throws -> Int {
+        var uncoveredAtLargest = 0
         let queue = try Self.database()
         var rng = SeededGenerator(seed: seed)
         var writers = [Writer(), Writer()] // two processes writing in turn
@@ -68,12 +86,16 @@ import Testing
             }
             let commit = rng.next() % 5 != 0
             let writer = Int(rng.next() % 2)
-            try writers[writer].add(keys, to: queue, commit: commit)
+            try writers[writer].add(keys, to: queue, commit: commit, shape: shape)
             if commit { for key in keys { model[key.hash, default: []].insert(key.seq) } }
 
             try queue.read { db in
                 var cache = writers[Int(rng.next() % 2)].cache
-                let runs = try Self.runs(db, cache: &cache)
+                let runs = try Self.runs(db, cache: &cache, shape: shape)
+                if let covering = runs.covering {
+                    #expect(covering.capacity <= shape.coveringBits / BloomFilter.bitsPerKey)
+                    if covering.isLargest && !runs.uncovered.isEmpty { uncoveredAtLargest += 1 }
+                }
                 for hash in Int64(-200)..<200 {
                     let found = try runs.seqs(hash: hash)
                     #expect(Set(found) == model[hash] ?? [], "hash \(hash)")
@@ -90,15 +112,16 @@ import Testing
                 #expect(sealed + open[0] == Int64(model.values.reduce(0) { $0 + $1.count }))
                 let crowded = try Int.fetchOne(db, sql: """
                     SELECT count(*) FROM (SELECT tier FROM key_runs WHERE sealed GROUP BY tier HAVING count(*) >= ?)
-                    """, arguments: [Self.shape.fanOut])!
+                    """, arguments: [shape.fanOut])!
                 #expect(crowded == 0)
                 let unsealedFull = try Int.fetchOne(db, sql: "SELECT count(*) FROM key_runs WHERE NOT sealed AND keys >= ?",
-                                                    arguments: [Self.shape.firstCapacity])!
+                                                    arguments: [shape.firstCapacity])!
                 #expect(unsealedFull == 0)
             }
         }
         let tiers = try queue.read { db in try Int.fetchOne(db, sql: "SELECT max(tier) FROM key_runs WHERE name = 'nonce_runs'") ?? 0 }
         #expect(tiers >= 2) // merges of merged runs happened
+        return uncoveredAtLargest
     }
 
     /// A merge of runs of many chunks keeps every key, in key order, and its filter and fences
@@ -268,8 +291,10 @@ import Testing
     /// most others (about 1 % false "maybe" at its capacity), and covers exactly the runs named, a
     /// merge's and the forgotten ones included.
     @Test func coveringFilterHoldsEveryKeyOfItsRuns() throws {
-        let filter = try #require(CoveringFilter(keys: 50_000))
-        #expect(filter.capacity >= 50_000)
+        let filter = try #require(CoveringFilter(keys: 50_000, maximumBits: 1 << 28))
+        #expect(filter.capacity >= 50_000 && !filter.isLargest)
+        let largest = try #require(CoveringFilter(keys: 50_000, maximumBits: 4096))
+        #expect(largest.capacity == 4096 / BloomFilter.bitsPerKey && largest.isLargest)
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
         func next() -> Int64 {
             state &+= 0x9E37_79B9_7F4A_7C15

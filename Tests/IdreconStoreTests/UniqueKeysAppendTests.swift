@@ -10,11 +10,13 @@ import Testing
 /// open run, in a sealed run or in a merged one, seen by the writer that holds the runs and by
 /// a new one (a new process: nothing cached). Runs of 7 keys merged 2 at a time.
 @Suite struct UniqueKeysAppendTests {
-    @Test(arguments: [1, 2])
-    func verdictsHoldWhateverRunHoldsTheKey(seed: UInt64) throws {
+    /// The third with a covering filter that may not grow past one block (51 keys): the runs past it
+    /// are checked by their own filters.
+    @Test(arguments: zip([1, 2, 3] as [UInt64], [1 << 28, 1 << 28, 512]))
+    func verdictsHoldWhateverRunHoldsTheKey(seed: UInt64, coveringBits: Int) throws {
         let dir = TempDir()
         let path = dir.path("db.sqlite")
-        let shape = KeyRuns.Shape(firstCapacity: 7, fanOut: 2)
+        let shape = KeyRuns.Shape(firstCapacity: 7, fanOut: 2, coveringBits: coveringBits)
         var store = try EventStore(path: path, projections: .standard, keyShape: shape)
         var rng = SeededGenerator(seed: seed)
         var logged: [(id: String, nonce: String)] = []
