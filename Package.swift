@@ -78,6 +78,9 @@ let package = Package(
                 .unsafeFlags(["-Xlinker", "--export-dynamic-symbol=malloc_conf"]),
             ]
         ),
+        // The CPUs a process may run on and pinning a thread to one (glibc's `_GNU_SOURCE` calls): the
+        // read API's event loops, one to a core.
+        .target(name: "CAffinity"),
         // Compiler hints Swift does not expose: prefetches for the bulk folds' scattered reads and
         // the branch-free search of the replay's partitions.
         .systemLibrary(name: "CPrefetch", path: "Sources/CPrefetch"),
@@ -94,11 +97,13 @@ let package = Package(
             name: "IdreconService",
             dependencies: [
                 "IdreconDomain", "IdreconStore", "IdreconKafka", "IdreconVersion",
+                .target(name: "CAffinity", condition: .when(platforms: [.linux])),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
             ]

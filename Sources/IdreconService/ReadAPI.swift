@@ -103,6 +103,7 @@ public final class ReadAPI: Sendable {
                 }.list("steps")
             }
         }
+        EventLoopAffinity.pinSharedLoops()
         // A client that stops sending (a slow or stuck one) is closed after 30 s, so that it
         // cannot hold connections open for ever.
         let (server, address) = try await HTTPServer.start(
