@@ -258,11 +258,12 @@ package struct KeyRuns {
     /// one at its largest covers the runs that still fit, and leaves the others to their own filters.
     private mutating func coverOne(_ db: Database) throws {
         guard let covering, !uncovered.isEmpty else { return }
-        guard let index = uncovered.first(where: { fits(sealed[$0].keys, in: covering) }) else {
-            return covering.isLargest ? () : try grow(db)
+        if let index = uncovered.first(where: { fits(sealed[$0].keys, in: covering) }) {
+            try cover(db, index, in: covering)
+            refreshCoverage()
+        } else if !covering.isLargest {
+            try grow(db)
         }
-        try cover(db, index, in: covering)
-        refreshCoverage()
     }
 
     private func fits(_ keys: Int64, in covering: CoveringFilter) -> Bool {
@@ -461,13 +462,12 @@ package struct KeyRuns {
         sealed.append(run)
         open = Open(id: open.id, firstSeq: open.lastSeq + 1, generation: 0, layout: open.layout, changed: true)
         if let covering {
-            if !fits(Int64(keys.count), in: covering) {
-                // The new run's keys with the others', in a larger filter; at its largest, its own filter.
-                if !covering.isLargest { try grow(db) } else { refreshCoverage() }
-            } else {
+            if fits(Int64(keys.count), in: covering) {
                 covering.cover(run.id, run.generation, keys: keys.lazy.map(\.hash))
-                refreshCoverage()
-            }
+            } else if !covering.isLargest {
+                try grow(db) // the new run's keys with the others', in a larger filter
+            } // else at its largest: the new run is checked by its own filter
+            refreshCoverage()
         }
         open.reserve(shape.firstCapacity)
     }
