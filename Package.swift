@@ -57,8 +57,8 @@ let package = Package(
         .target(
             name: "IdreconStore",
             dependencies: [
-                "IdreconDomain", "IdreconLog", "IdreconProjections", .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                "IdreconDomain", "IdreconLog", "IdreconProjections", "CSQLiteSettings",
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // Reading sources (JSON lines files) in batches into the store.

@@ -181,6 +181,7 @@ public enum BatchValidator {
             @Sendable func validate(chunk: Int) {
                 let lower = pending.count * chunk / chunks, upper = pending.count * (chunk + 1) / chunks
                 for i in lower..<upper {
+                    ThreadPriority.pause() // nothing unless this thread was lowered
                     if !oversized.isEmpty, let line = oversized[i] {
                         (out.baseAddress! + i).initialize(to: IncomingRecord(
                             oversized: pending[i].raw, bytes: line.bytes, limit: maxRecordBytes, eventID: line.eventID,

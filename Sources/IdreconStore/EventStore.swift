@@ -1,3 +1,4 @@
+import CSQLiteSettings
 import Foundation
 import GRDB
 import Synchronization
@@ -121,6 +122,8 @@ public final class EventStore: Sendable {
         config.readonly = readOnly
         config.busyMode = .timeout(30)
         config.prepareDatabase { db in
+            // A lowered thread's statements pause (`ThreadPriority.pause`); others' only look.
+            idrecon_sqlite3_pause_if_lowered(db.sqliteConnection)
             // WAL + NORMAL is durable against process crashes (SIGKILL); a bigger page
             // cache and checkpoint interval keep random-key index inserts off the disk. A
             // read-only connection (a reader's, or a pool's readers) never writes: the settings
