@@ -8,9 +8,10 @@ int idrecon_sqlite3_disable_memstatus(void) {
     return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-// Per thread: whether it was lowered, and when it pauses next (CLOCK_MONOTONIC, ns).
+// Per thread: whether it was lowered, when it pauses next (CLOCK_MONOTONIC, ns), its pauses.
 static _Thread_local int lowered;
 static _Thread_local uint64_t nextPause;
+static _Thread_local uint64_t pauses;
 
 static uint64_t monotonicNanoseconds(void) {
     struct timespec now;
@@ -23,8 +24,11 @@ void idrecon_thread_mark_lowered(void) { lowered = 1; }
 void idrecon_thread_pause_if_lowered(void) {
     if (!lowered || monotonicNanoseconds() < nextPause) return;
     sched_yield();
+    pauses += 1;
     nextPause = monotonicNanoseconds() + IDRECON_LOWERED_RUN_NANOSECONDS;
 }
+
+uint64_t idrecon_thread_pauses(void) { return pauses; }
 
 static int pauseIfLowered(void *context) {
     (void)context;

@@ -43,4 +43,7 @@ public enum ThreadPriority {
     /// once 100 µs have passed since the last pause (`sched_yield`: it returns at once when
     /// none waits); on any other thread, nothing. Called between the steps of lowered work.
     public static func pause() { idrecon_thread_pause_if_lowered() }
+
+    /// The pauses that yielded on the calling thread so far (for tests).
+    public static var pausesOnThisThread: UInt64 { idrecon_thread_pauses() }
 }

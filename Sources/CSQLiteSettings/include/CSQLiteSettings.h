@@ -3,6 +3,8 @@
 // SQLite's process-wide settings (`sqlite3_config` is variadic, which Swift does not import),
 // and the pauses of lowered threads, inside SQLite's work too (`ThreadPriority`).
 
+#include <stdint.h>
+
 typedef struct sqlite3 sqlite3;
 
 /// `sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0)`: returns SQLite's result code (SQLITE_MISUSE
@@ -20,6 +22,9 @@ void idrecon_thread_mark_lowered(void);
 /// On a lowered thread, `sched_yield` once `IDRECON_LOWERED_RUN_NANOSECONDS` have passed since
 /// its last pause; on any other thread, nothing (one thread-local load).
 void idrecon_thread_pause_if_lowered(void);
+
+/// The pauses that yielded on the calling thread so far.
+uint64_t idrecon_thread_pauses(void);
 
 /// Installs `idrecon_thread_pause_if_lowered` as the connection's progress handler, so that a
 /// lowered thread pauses inside long statements as well.
