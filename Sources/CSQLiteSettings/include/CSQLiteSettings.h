@@ -12,7 +12,8 @@ typedef struct sqlite3 sqlite3;
 int idrecon_sqlite3_disable_memstatus(void);
 
 /// The longest a lowered thread runs between two pauses, and how many of SQLite's virtual
-/// machine instructions a statement runs between two looks at the clock (~10 µs of work).
+/// machine instructions a statement runs between two looks at the clock (far less work than the
+/// longest run: the handler itself is a thread-local load on threads that were not lowered).
 #define IDRECON_LOWERED_RUN_NANOSECONDS 100000u
 #define IDRECON_PROGRESS_INSTRUCTIONS 1000
 
