@@ -95,7 +95,9 @@ public struct FileIngestor: Sendable {
         }
         summary.resumedAt = startOffset
 
-        var reader = LineReader(fd: fd, startOffset: startOffset, maxLineBytes: maxRecordBytes)
+        // A regular file is read once: its pages leave the page cache behind the reader.
+        var reader = LineReader(
+            fd: fd, startOffset: startOffset, maxLineBytes: maxRecordBytes, dropsBehind: total != nil)
         let writer = PipelinedWriter(store: store, transactionRecords: batchSize, bulkFrom: bulkFrom, onBuild: building)
         var expected = false
         // Validation works in chunks; the writer joins waiting chunks into transactions of
