@@ -12,6 +12,18 @@ public final class PinnedReader: Sendable {
     private let queue: DatabaseQueue
     private let path: String
 
+    /// The page cache of a point reader: 1 MiB (64 pages of 16 KiB), the interior pages its lookups descend
+    /// through, not the leaves. Why: a read transaction that finds the WAL changed since the connection's
+    /// last one drops the connection's whole cache (SQLite's pager), so beside a consumer committing tens
+    /// of times a second a reader's cache lives a few hundred requests. With the store's 32 MiB, each of
+    /// those drops freed up to 2,048 page buffers and the next reads allocated them again, memory the
+    /// allocator had meanwhile given back: 2.5 page faults per request on the event loops, each under the
+    /// process's `mmap_lock` (1M database, GETs paced while `consume --api-address` ingests: 421,387–518,685
+    /// faults on the loops in the paced step against 179–541 with 1 MiB; GET paced at 20,000/s p99 median
+    /// 1.95 ms in twelve runs against 1.14 ms in six). The price: 3–5 % fewer GETs a second at saturation
+    /// (`schemas/performance.md`, "The point readers' page cache").
+    static let pointReadCacheKiB = 1024
+
     init(path: String, cacheKiB: Int = EventStore.pageCacheKiB) throws(IdreconError) {
         self.path = path
         do { queue = try DatabaseQueue(path: path, configuration: Self.configuration(cacheKiB: cacheKiB)) } catch {
@@ -54,6 +66,9 @@ public final class PinnedReader: Sendable {
 }
 
 extension EventStore {
-    /// A connection of this database for one thread's point reads (see `PinnedReader`).
-    public func pinnedReader() throws(IdreconError) -> PinnedReader { try PinnedReader(path: path) }
+    /// A connection of this database for one thread's point reads (see `PinnedReader`), with a page
+    /// cache of `PinnedReader.pointReadCacheKiB`.
+    public func pinnedReader() throws(IdreconError) -> PinnedReader {
+        try PinnedReader(path: path, cacheKiB: PinnedReader.pointReadCacheKiB)
+    }
 }
