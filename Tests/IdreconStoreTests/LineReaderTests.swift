@@ -31,21 +31,6 @@ import Testing
         #expect(fsync(fd) == 0)
     }
 
-    /// The pages of the file the kernel holds, by `mincore` over a map of it.
-    private static func resident(_ path: String) throws -> [Bool] {
-        let fd = open(path, O_RDONLY)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var info = stat()
-        try #require(fstat(fd, &info) == 0)
-        let size = Int(info.st_size), page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        let map = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0))
-        defer { munmap(map, size) }
-        var pages = [UInt8](repeating: 0, count: (size + page - 1) / page)
-        try #require(mincore(map, size, &pages) == 0)
-        return pages.map { $0 & 1 == 1 }
-    }
-
     @Test func droppingBehindReadsTheSameLinesAndDropsWhatWasRead() throws {
         let dir = TempDir()
         let path = dir.path("input.jsonl")
@@ -73,8 +58,8 @@ import Testing
         try #require(probeDescriptor >= 0)
         _ = posix_fadvise(probeDescriptor, 0, 0, POSIX_FADV_DONTNEED)
         close(probeDescriptor)
-        guard try Self.resident(probe).contains(false) else { return }
-        let resident = try Self.resident(path)
+        guard try residentPages(probe).contains(false) else { return }
+        let resident = try residentPages(path)
         let page = Int(sysconf(Int32(_SC_PAGESIZE)))
         let droppedPages = resident.prefix(Int(dropping.dropped) / page)
         #expect(droppedPages.filter { $0 }.count <= droppedPages.count / 20, "dropped from the page cache")

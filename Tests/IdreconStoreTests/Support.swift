@@ -1,6 +1,24 @@
 import Foundation
 import GRDB
 import IdreconStore
+import Testing
+
+/// Which pages of the file at `path` the kernel's page cache holds, by `mincore` over a map of it. A
+/// database's only with every connection to it closed: closing this descriptor drops the process's
+/// POSIX locks on the file.
+func residentPages(_ path: String) throws -> [Bool] {
+    let descriptor = open(path, O_RDONLY)
+    try #require(descriptor >= 0)
+    defer { close(descriptor) }
+    var info = stat()
+    try #require(fstat(descriptor, &info) == 0)
+    let size = Int(info.st_size), page = Int(sysconf(Int32(_SC_PAGESIZE)))
+    let map = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, descriptor, 0))
+    defer { munmap(map, size) }
+    var pages = [UInt8](repeating: 0, count: (size + page - 1) / page)
+    try #require(mincore(map, size, &pages) == 0)
+    return pages.map { $0 & 1 == 1 }
+}
 
 /// A fresh temporary directory per test, removed at deinit.
 final class TempDir {

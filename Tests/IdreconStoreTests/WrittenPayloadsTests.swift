@@ -27,22 +27,6 @@ import Testing
         }
     }
 
-    /// The pages of the file the kernel holds, by `mincore` over a map of it: with every
-    /// connection closed (closing a descriptor of a database drops the process's locks on it).
-    private static func resident(_ path: String) throws -> [Bool] {
-        let descriptor = open(path, O_RDONLY)
-        try #require(descriptor >= 0)
-        defer { close(descriptor) }
-        var info = stat()
-        try #require(fstat(descriptor, &info) == 0)
-        let size = Int(info.st_size), page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        let map = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, descriptor, 0))
-        defer { munmap(map, size) }
-        var pages = [UInt8](repeating: 0, count: (size + page - 1) / page)
-        try #require(mincore(map, size, &pages) == 0)
-        return pages.map { $0 & 1 == 1 }
-    }
-
     @Test func checkpointedLeavesBehindTheKeptAreDroppedOnce() throws {
         let dir = TempDir()
         let path = dir.path("payloads.sqlite")
@@ -64,7 +48,7 @@ import Testing
 
         // What the kernel holds, before `dbstat` reads every page again.
         queue = nil
-        let resident = try Self.resident(path)
+        let resident = try residentPages(path)
         queue = try DatabaseQueue(path: path)
         let leaves = try Self.leaves(queue!)
         let dropped = first + second
