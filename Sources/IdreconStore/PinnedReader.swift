@@ -24,7 +24,7 @@ public final class PinnedReader: Sendable {
     /// (`schemas/performance.md`, "The point readers' page cache").
     static let pointReadCacheKiB = 1024
 
-    init(path: String, cacheKiB: Int = EventStore.pageCacheKiB) throws(IdreconError) {
+    init(path: String, cacheKiB: Int) throws(IdreconError) {
         self.path = path
         do { queue = try DatabaseQueue(path: path, configuration: Self.configuration(cacheKiB: cacheKiB)) } catch {
             throw IdreconError(.storage, "cannot open database \(path): \(IdreconError.describe(error))")
