@@ -456,6 +456,7 @@ struct ReplayCommand: ParsableCommand {
             }
             if identityConfig!.maxASIDsPerKey < 1 { throw IdreconError(.input, "config \(config): max_asids_per_key must be at least 1") }
         }
+        MemoryPolicy.keepLargeBlocks()
         let store = try EventStore(path: global.databasePath, skipPendingRebuild: true)
         var progress = ProgressLine()
         let comparing = verify || digests

@@ -41,10 +41,33 @@ func run(_ executable: String, _ arguments: [String], stdin: String? = nil, envi
         input.fileHandleForWriting.write(Data(stdin.utf8))
         try input.fileHandleForWriting.close()
     }
+    // Both pipes are drained at once: a process that fills one (jemalloc's report at exit is more than a
+    // pipe's 64 KiB) while the other is read would block forever.
+    let stderr = DrainedPipe(err)
     let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
+    let e = stderr.data()
     process.waitUntilExit()
     return RunResult(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}
+
+/// A pipe read to its end on a thread of its own.
+private final class DrainedPipe: @unchecked Sendable {
+    private var read = Data()
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ pipe: Pipe) {
+        let handle = pipe.fileHandleForReading
+        Thread { [self] in
+            read = handle.readDataToEndOfFile()
+            done.signal()
+        }.start()
+    }
+
+    /// Everything the pipe carried, once its writers closed it.
+    func data() -> Data {
+        done.wait()
+        return read
+    }
 }
 
 /// A generated stream written to `events.jsonl` in `s`, and its number of lines.

@@ -67,6 +67,24 @@ import Testing
         }
     }
 
+    /// `replay` lets jemalloc's arena of blocks of 512 KiB and more keep freed blocks for half a second
+    /// (`MemoryPolicy.keepLargeBlocks`): its report at exit shows an arena decaying dirty pages over 500 ms,
+    /// which no other command has (the two arenas 1,000 ms; the large blocks' arena 0, purging at once).
+    @Test func replayKeepsFreedLargeBlocksForHalfASecond() throws {
+        let (s, db) = try db()
+        _ = s
+        let decays = { (arguments: [String]) throws -> [String] in
+            let result = try run(Binaries.idrecon, arguments, environment: ["MALLOC_CONF": "stats_print:true"])
+            #expect(result.status == 0, "\(arguments): \(result.stderr.suffix(300))")
+            return result.stderr.split(separator: "\n").compactMap { line in
+                let fields = line.split(separator: " ")
+                return fields.count > 1 && fields[0] == "dirty:" ? String(fields[1]) : nil
+            }
+        }
+        #expect(try decays(["replay", "--db", db]).contains("500"))
+        #expect(try !decays(["user", "300", "--db", db]).contains("500"))
+    }
+
     @Test func queriesAnswerAndSayNotFoundWithExitOne() throws {
         let (s, db) = try db()
         _ = s
