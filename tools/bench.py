@@ -68,8 +68,8 @@ def grow_filler(target_mb, disk_reserve_gb=16):
     """When the bench's own files are too small to fill the page cache (a 1M run's are about 4 GB,
     this machine has 24 GB), writes zeros to `filler` until less than target_mb is free, then
     writes them back (outside every clock): the 1M steps ran with 5-9 GB free, into the VM's fresh
-    memory, which the 10M steps never did. Leaves disk_reserve_gb free for the steps; `main`
-    deletes the filler at the end."""
+    memory, which the 10M steps never did. Leaves disk_reserve_gb free for the steps; the bench
+    deletes the filler when it ends, and a killed run's when the next one starts."""
     grow_mb = int(memory_free_mb() - target_mb)
     room_mb = int(shutil.disk_usage(OUT).free / 2**20 - disk_reserve_gb * 1024)
     grow_mb = min(grow_mb, room_mb)
@@ -451,7 +451,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     events, lines = generated(n)
     for f in os.listdir(OUT):
-        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock")) or f == "filler":
+        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock")) or f == os.path.basename(FILLER):
             os.remove(os.path.join(OUT, f))
     db = lambda name: os.path.join(OUT, name + ".sqlite")
     r = {"events": n, "lines": lines, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
