@@ -451,7 +451,8 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     events, lines = generated(n)
     for f in os.listdir(OUT):
-        if f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock")) or f == os.path.basename(FILLER):
+        stale = f.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".open-lock", ".replay-lock"))
+        if stale or f == os.path.basename(FILLER):
             os.remove(os.path.join(OUT, f))
     db = lambda name: os.path.join(OUT, name + ".sqlite")
     r = {"events": n, "lines": lines, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"}
