@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Dispatch
 import IdreconDomain
 import IdreconLog
 
@@ -34,9 +35,17 @@ final class SpillFile {
     }
 
     deinit {
-        close(descriptor)
+        let descriptor = descriptor
+        Self.closing.async { close(descriptor) }
         pending.deallocate()
     }
+
+    /// Where the descriptors are closed: closing an unlinked file frees its blocks, and on a file
+    /// system mounted with `discard` (this VM's ext4, without a journal) the closing thread waits
+    /// for the device to discard them. A 10M replay's spill files (2.5 GB, written back by the
+    /// kernel while they are read) held its stages in `blkdev_issue_discard` for seconds, and the
+    /// writer waited for the stages. A serial queue: a thread of its own, whatever else runs.
+    private static let closing = DispatchQueue(label: "idrecon.replay.spill-close", qos: .utility)
 
     /// Appends one record, encoded by `encode`.
     func append(_ encode: (inout SpillRecord.Writer) -> Void) throws {
